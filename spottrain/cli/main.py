@@ -1,0 +1,70 @@
+"""The ``spottrain`` command: thin. Parse, call the library, render.
+
+Each command lives in its own module with a ``register(app)`` function, so that commands stay
+small and independent. User errors (:class:`~spottrain.errors.SpottrainError`) print one line
+and exit with code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from spottrain.errors import SpottrainError
+
+app = typer.Typer(
+    name="spottrain",
+    help="Plan, predict and run deep-learning training on revocable (spot / preemptible) cloud GPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Order is the order of `spottrain --help`.
+COMMAND_MODULES = (
+    "catalog_cmd",
+    "profile_cmd",
+    "predict_cmd",
+    "transience_cmd",
+    "plan_cmd",
+    "simulate_cmd",
+    "run_cmd",
+    "demo_cmd",
+)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"spottrain.cli.{_name}").register(app)
+
+err_console = Console(stderr=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except SpottrainError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except (typer.Exit, SystemExit) as exc:  # typer's own exits (e.g. --help)
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        sys.exit(code or 0)
+    except Exception as exc:  # click usage errors are user errors too
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            err_console.print("aborted")
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

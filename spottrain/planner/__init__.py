@@ -1,0 +1,1 @@
+"""spottrain.planner"""
