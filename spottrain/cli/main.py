@@ -44,26 +44,15 @@ err_console = Console(stderr=True)
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Typer handles its own usage errors (exit code 2) and --help in standalone mode;
+        # our errors propagate here and are printed on one line.
+        app(args=argv, prog_name="spottrain")
     except SpottrainError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except (typer.Exit, SystemExit) as exc:  # typer's own exits (e.g. --help)
-        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
-        sys.exit(code or 0)
-    except Exception as exc:  # click usage errors are user errors too
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
-            err_console.print("aborted")
-            sys.exit(130)
-        raise
 
 
 if __name__ == "__main__":
