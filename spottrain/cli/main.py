@@ -41,6 +41,14 @@ for _name in COMMAND_MODULES:
 err_console = Console(stderr=True)
 
 
+@app.command()
+def version() -> None:
+    """Print the spottrain version."""
+    from spottrain import __version__
+
+    print(__version__)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
