@@ -1,0 +1,199 @@
+"""Recovery policies: pure functions ``decide(state) -> Decision``.
+
+The simulator and the runtime call the *same* functions, so what we simulate is what we run.
+A policy sees a :class:`JobState` snapshot at an event (a revocation, a preemption notice, a
+replacement joining, a price change, a periodic tick) and answers with a :class:`Decision`:
+checkpoint now, request replacement nodes, release nodes, or fall back to on-demand.
+
+No I/O, no clocks, no randomness: everything a policy needs is in the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spottrain.errors import UnknownNameError
+
+EVENTS = ("revoked", "notice", "joined", "tick", "price_change")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeView:
+    """One live node of the job."""
+
+    node_id: str
+    instance_type: str
+    gpu: str
+    spot: bool
+    zone: str | None
+    price_usd_per_hour: float
+    throughput: float
+    """Samples/s this node contributes in the current cluster (performance model)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeOption:
+    """A node the job could request now (a catalog offer with its prospects)."""
+
+    instance_type: str
+    gpu: str
+    spot: bool
+    zone: str | None
+    price_usd_per_hour: float
+    throughput: float
+    """Samples/s the node would add."""
+    delay_s: float
+    """Expected time until it has joined (acquisition + start-up + restore)."""
+    p_available: float = 1.0
+    """Probability that the cloud grants it now (1.0 for on-demand)."""
+
+    @property
+    def usd_per_sample(self) -> float:
+        return self.price_usd_per_hour / 3600.0 / max(self.throughput, 1e-12)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobState:
+    """What a policy may look at."""
+
+    now_s: float
+    event: str
+    """One of :data:`EVENTS`."""
+    subject: str | None
+    """The node the event is about (revoked / notified / joined), if any."""
+    nodes: tuple[NodeView, ...]
+    """Live nodes after the event."""
+    planned: tuple[NodeView, ...]
+    """The cluster of the plan (the membership the job started with)."""
+    pending: int
+    """Replacements requested that have not joined yet."""
+    samples_done: float
+    """Durable progress (as of the last checkpoint or live progress, as the caller decides)."""
+    samples_total: float
+    deadline_s: float | None
+    restart_overhead_s: float
+    """Expected stall to switch membership (detection + re-forming the group + restore)."""
+    options: tuple[NodeOption, ...] = ()
+    """What can be requested now, spot and on-demand."""
+    on_demand_fallback: tuple[NodeOption, ...] = ()
+    """The on-demand cluster to switch to when slack runs out (uniform progress)."""
+
+    @property
+    def throughput(self) -> float:
+        return sum(n.throughput for n in self.nodes)
+
+    @property
+    def remaining_samples(self) -> float:
+        return max(self.samples_total - self.samples_done, 0.0)
+
+    def node(self, node_id: str | None) -> NodeView | None:
+        for pool in (self.nodes, self.planned):
+            for n in pool:
+                if n.node_id == node_id:
+                    return n
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    checkpoint_now: bool = False
+    request: tuple[NodeOption, ...] = ()
+    release: tuple[str, ...] = ()
+    switch_to_on_demand: bool = False
+    reason: str = ""
+
+
+Policy = Callable[[JobState], Decision]
+
+
+def _same_as(state: JobState, node: NodeView | None) -> NodeOption | None:
+    """The option that buys the same kind of node back, if the catalog offers it."""
+    if node is None:
+        return None
+    same = [o for o in state.options if o.instance_type == node.instance_type and o.spot == node.spot]
+    if not same:
+        return None
+    in_zone = [o for o in same if o.zone == node.zone]
+    return min(in_zone or same, key=lambda o: (o.delay_s, o.price_usd_per_hour))
+
+
+def _deficit(state: JobState) -> int:
+    return len(state.planned) - len(state.nodes) - state.pending
+
+
+def replace_same(state: JobState) -> Decision:
+    """Checkpoint on a notice; buy back a node of the revoked type (spotDNN / SkyPilot style,
+    but only the lost node, not the whole cluster)."""
+    if state.event == "notice":
+        return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
+    if state.event == "revoked" and _deficit(state) > 0:
+        option = _same_as(state, state.node(state.subject))
+        if option is not None:
+            return Decision(request=(option,), reason=f"replace {state.subject} with another {option.instance_type}")
+        return Decision(reason="no offer of the same type: continue smaller")
+    return Decision()
+
+
+def replace_cheapest(state: JobState) -> Decision:
+    """Replace a revoked node with the available option of least cost per sample."""
+    if state.event == "notice":
+        return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
+    if state.event == "revoked" and _deficit(state) > 0:
+        spot = [o for o in state.options if o.spot and o.p_available > 0.0]
+        if spot:
+            best = min(spot, key=lambda o: o.usd_per_sample / max(o.p_available, 1e-6))
+            return Decision(request=(best,), reason=f"replace {state.subject} with cheapest per sample: {best.instance_type}")
+    return Decision()
+
+
+def no_replace(state: JobState) -> Decision:
+    """Keep going with the survivors (checkpoint on notice)."""
+    if state.event == "notice":
+        return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
+    return Decision()
+
+
+def uniform_progress(state: JobState) -> Decision:
+    """Can't Be Late (NSDI'24): stay on spot while the slack allows, else go on-demand.
+
+    Slack = time left to the deadline - time the on-demand fallback needs for the remaining work
+    - one restart. While slack is positive, behave like :func:`replace_same`; once it is gone,
+    switch to the on-demand cluster so the deadline is still met.
+    """
+    if state.deadline_s is not None and state.on_demand_fallback and state.event in ("revoked", "tick", "price_change"):
+        od_rate = sum(o.throughput for o in state.on_demand_fallback)
+        need_s = state.remaining_samples / max(od_rate, 1e-12) + state.restart_overhead_s
+        od_delay = max(o.delay_s for o in state.on_demand_fallback)
+        slack = state.deadline_s - state.now_s - need_s - od_delay
+        all_on_demand = state.nodes and all(not n.spot for n in state.nodes)
+        if slack <= 0 and not all_on_demand:
+            return Decision(
+                switch_to_on_demand=True,
+                request=state.on_demand_fallback,
+                release=tuple(n.node_id for n in state.nodes if n.spot),
+                checkpoint_now=True,
+                reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
+            )
+    return replace_same(state)
+
+
+POLICIES: dict[str, Policy] = {
+    "replace-same": replace_same,
+    "replace-cheapest": replace_cheapest,
+    "no-replace": no_replace,
+    "uniform-progress": uniform_progress,
+}
+
+
+def register_policy(name: str, policy: Policy) -> Policy:
+    """Add a policy under ``name`` (used by the simulator for the literature's baselines)."""
+    POLICIES[name] = policy
+    return policy
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UnknownNameError("policy", name, POLICIES) from None

@@ -1,0 +1,50 @@
+from spottrain.policies import JobState, NodeOption, NodeView, get_policy, uniform_progress
+
+
+def node(i, spot=True, itype="p3.2xlarge"):
+    return NodeView(node_id=f"n{i}", instance_type=itype, gpu="V100", spot=spot, zone="us-east-1a",
+                    price_usd_per_hour=1.0 if spot else 3.06, throughput=100.0)
+
+
+def option(spot=True, itype="p3.2xlarge", price=1.0, thr=100.0):
+    return NodeOption(instance_type=itype, gpu="V100", spot=spot, zone="us-east-1a",
+                      price_usd_per_hour=price, throughput=thr, delay_s=120.0)
+
+
+def state(**kw):
+    planned = tuple(node(i) for i in range(4))
+    base = dict(now_s=1000.0, event="revoked", subject="n3", nodes=planned[:3], planned=planned, pending=0,
+                samples_done=0.0, samples_total=1e6, deadline_s=None, restart_overhead_s=30.0,
+                options=(option(), option(spot=False, price=3.06)), on_demand_fallback=())
+    base.update(kw)
+    return JobState(**base)
+
+
+def test_replace_same_buys_back_the_revoked_type():
+    d = get_policy("replace-same")(state())
+    assert len(d.request) == 1 and d.request[0].spot and d.request[0].instance_type == "p3.2xlarge"
+
+
+def test_no_second_replacement_when_one_is_pending():
+    assert get_policy("replace-same")(state(pending=1)).request == ()
+
+
+def test_notice_checkpoints():
+    for name in ("replace-same", "replace-cheapest", "no-replace", "uniform-progress"):
+        assert get_policy(name)(state(event="notice")).checkpoint_now
+
+
+def test_replace_cheapest_picks_least_cost_per_sample():
+    opts = (option(price=1.0, thr=100.0), option(itype="g4dn.xlarge", price=0.2, thr=40.0))
+    d = get_policy("replace-cheapest")(state(options=opts))
+    assert d.request[0].instance_type == "g4dn.xlarge"
+
+
+def test_uniform_progress_switches_only_when_slack_runs_out():
+    od = tuple(option(spot=False, price=3.06) for _ in range(4))
+    # Remaining 1e6 samples at 400 samples/s on-demand = 2500 s, + restart + delay.
+    relaxed = state(deadline_s=1000.0 + 10_000.0, on_demand_fallback=od)
+    assert not uniform_progress(relaxed).switch_to_on_demand
+    tight = state(deadline_s=1000.0 + 2600.0, on_demand_fallback=od)
+    d = uniform_progress(tight)
+    assert d.switch_to_on_demand and len(d.request) == 4 and set(d.release) == {"n0", "n1", "n2"}
