@@ -1,0 +1,61 @@
+"""Run every benchmark under bench/ and rewrite bench/RESULTS.md.
+
+Each benchmark script prints its table and writes ``bench/results/<name>.md`` (the command,
+the machine, the figures and the anchor they are compared with). This script runs them one
+after another and concatenates their result pages into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def main() -> int:
+    scripts = sorted(p for p in HERE.glob("*.py") if p.name != "run_all.py" and not p.name.startswith("_"))
+    failures = []
+    for script in scripts:
+        print(f"== {script.name}", flush=True)
+        proc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent)
+        if proc.returncode != 0:
+            failures.append(script.name)
+    parts = [
+        "# Benchmark results\n",
+        f"Rewritten by `make bench` (`python bench/run_all.py`) on {dt.date.today().isoformat()}.\n",
+        f"Machine: {machine()}. The machine is shared and noisy: figures are ratios against a "
+        "baseline measured in the same run where possible.\n",
+    ]
+    for script in scripts:
+        page = RESULTS / f"{script.stem}.md"
+        if page.exists():
+            parts.append(page.read_text().strip() + "\n")
+        else:
+            parts.append(f"## {script.stem}\n\nNo results page was written (the script failed).\n")
+    (HERE / "RESULTS.md").write_text("\n".join(parts))
+    if failures:
+        print("failed:", ", ".join(failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
