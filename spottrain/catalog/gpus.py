@@ -1,0 +1,127 @@
+"""GPU specifications: one canonical name per GPU, with the vendor's published peak figures.
+
+The table lives in ``spottrain/data/catalog/gpu_specs.csv`` (one row per GPU, a source URL
+and a note beside each). Names are canonical in the SkyPilot style (``V100``, ``V100-32GB``,
+``A100-80GB``); lookups accept aliases and spelling variants ("Tesla V100",
+"A100-SXM4-80GB", "nvidia l4") and suggest the near miss for anything else.
+
+Example::
+
+    >>> gpu_spec("Tesla V100").fp32_tflops
+    15.7
+    >>> canonical_gpu("a100-sxm4-80gb")
+    'A100-80GB'
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from spottrain.errors import UnknownNameError
+
+SPEC_FILE = "gpu_specs.csv"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    """Peak per-GPU figures of one GPU model, as published by its vendor."""
+
+    name: str
+    """Canonical name, e.g. ``"V100"``, ``"A100-80GB"``."""
+    architecture: str
+    """Micro-architecture, e.g. ``"Volta"``."""
+    fp32_tflops: float
+    """Peak FP32 (non-tensor) TFLOPS."""
+    fp16_tflops: float
+    """Peak FP16 tensor-core TFLOPS, dense; the FP16 (or FP32) rate for GPUs without tensor cores."""
+    tf32_tflops: float | None
+    """Peak TF32 tensor TFLOPS, dense (Ampere and later), else ``None``."""
+    memory_gib: float
+    """GPU memory capacity (nominal)."""
+    memory_bandwidth_gbs: float
+    """GPU memory bandwidth in GB/s."""
+    pcie_gen: int
+    """PCIe generation of the host link."""
+    pcie_gbs: float
+    """Host link bandwidth, GB/s per direction (x16)."""
+    nvlink_gbs: float | None
+    """Total NVLink bandwidth of one GPU in GB/s, ``None`` without NVLink."""
+    source: str
+    """URL(s) the figures were taken from."""
+    note: str = ""
+    """How the figures were read (board vs die, dense vs sparse)."""
+
+    def peak_tflops(self, precision: str = "fp32") -> float:
+        """Peak TFLOPS at ``precision`` (``fp32``, ``tf32`` or ``fp16``); TF32 falls back to FP32."""
+        if precision == "fp32":
+            return self.fp32_tflops
+        if precision == "fp16":
+            return self.fp16_tflops
+        if precision == "tf32":
+            return self.tf32_tflops if self.tf32_tflops is not None else self.fp32_tflops
+        raise UnknownNameError("precision", precision, ("fp32", "tf32", "fp16"))
+
+
+def _key(name: str) -> str:
+    """Normalise a GPU name for lookup: case, vendor words and punctuation do not matter."""
+    key = name.strip().lower()
+    key = re.sub(r"\b(nvidia|tesla)\b", "", key)
+    return re.sub(r"[^a-z0-9]", "", key)
+
+
+def _opt(value: str) -> float | None:
+    return float(value) if value.strip() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
+    """Parse the shipped table once: specs by canonical name and canonical name by key."""
+    text = resources.files("spottrain").joinpath("data", "catalog", SPEC_FILE).read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    specs: dict[str, GpuSpec] = {}
+    keys: dict[str, str] = {}
+    for row in rows:
+        spec = GpuSpec(
+            name=row["name"],
+            architecture=row["architecture"],
+            fp32_tflops=float(row["fp32_tflops"]),
+            fp16_tflops=float(row["fp16_tflops"]),
+            tf32_tflops=_opt(row["tf32_tflops"]),
+            memory_gib=float(row["memory_gib"]),
+            memory_bandwidth_gbs=float(row["memory_bandwidth_gbs"]),
+            pcie_gen=int(row["pcie_gen"]),
+            pcie_gbs=float(row["pcie_gbs"]),
+            nvlink_gbs=_opt(row["nvlink_gbs"]),
+            source=row["source"],
+            note=row["note"],
+        )
+        specs[spec.name] = spec
+        for alias in [spec.name, *filter(None, row["aliases"].split("|"))]:
+            keys.setdefault(_key(alias), spec.name)
+    return specs, keys
+
+
+def known_gpus() -> list[str]:
+    """Canonical names of every GPU in the spec table, sorted."""
+    return sorted(_table()[0])
+
+
+def canonical_gpu(name: str) -> str:
+    """The canonical name of ``name`` (an alias or spelling variant).
+
+    Raises :class:`~spottrain.errors.UnknownNameError` with the near miss if unknown.
+    """
+    specs, keys = _table()
+    canonical = keys.get(_key(name))
+    if canonical is None:
+        raise UnknownNameError("GPU", name, specs)
+    return canonical
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """The :class:`GpuSpec` of ``name`` (any alias); ``UnknownNameError`` with the near miss."""
+    return _table()[0][canonical_gpu(name)]
