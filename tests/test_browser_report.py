@@ -1,0 +1,35 @@
+"""Open reports in headless Chromium: every section and plot renders, no console errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from browser import check_rendered, open_browser, require_chromium, screenshot
+from report_synthetic import SYNTHETIC_SECTIONS, build_synthetic_report
+
+
+@pytest.fixture
+def driver(tmp_path):
+    require_chromium()
+    d = open_browser(tmp_path / "chromium-profile")
+    try:
+        yield d
+    finally:
+        d.quit()
+
+
+def test_synthetic_report_renders_in_chromium(driver, tmp_path):
+    path = build_synthetic_report().save(tmp_path / "synthetic-report.html")
+    facts = check_rendered(driver, path, SYNTHETIC_SECTIONS, min_images=5)
+    assert len(facts["images"]) == 5
+    shot = screenshot(driver, "report-synthetic.png", tmp_path)
+    assert shot.exists()
+
+
+def test_console_errors_are_detected(driver, tmp_path):
+    """The check is not vacuous: a page with a broken image logs a SEVERE entry and fails it."""
+    bad = tmp_path / "broken.html"
+    bad.write_text('<html><body><section class="section"><h2>X</h2>'
+                   '<img src="data:image/png;base64,AAAA" alt="broken"></section></body></html>')
+    with pytest.raises(AssertionError):
+        check_rendered(driver, bad, ["X"], min_images=1)
