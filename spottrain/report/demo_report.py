@@ -1,0 +1,168 @@
+"""The demo's HTML report, rendered from the plain data :func:`spottrain.demo.run_demo` returns.
+
+Sections, in order: summary, profile, plan and why, cost vs time (Pareto + baselines),
+throughput per GPU type, node lifetimes, simulated outcomes per policy, local run timeline,
+predicted vs actual. A stage that did not run yields a section marked "not available" with the
+reason, never a plot of invented numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spottrain.report.document import Report
+from spottrain.report.plots import distribution_plot, lifetime_plot, pareto_plot, throughput_plot, timeline_plot
+
+SECTION_TITLES = {
+    "summary": "Summary",
+    "profile": "Profile on this machine",
+    "plan": "The plan and why",
+    "pareto": "Cost vs time: candidates, Pareto front and baselines",
+    "predict": "Predicted throughput per GPU type",
+    "transience": "Node lifetimes",
+    "simulate": "Simulated cost and makespan per policy",
+    "run": "Local elastic run: timeline",
+    "compare": "Predicted vs actual (local run)",
+}
+"""Every demo report has exactly these sections (tests and the browser check rely on it)."""
+
+HOUR_S = 3600.0
+
+
+def _stage(result: dict[str, Any], key: str) -> tuple[dict[str, Any] | None, str]:
+    st = result.get("stages", {}).get(key)
+    if st is None:
+        return None, "stage was not run"
+    if st["status"] != "ok":
+        return None, f"stage '{st['title']}' {st['status']}: {st['reason']}"
+    return st["data"], ""
+
+
+def build_demo_report(result: dict[str, Any]) -> Report:
+    """A :class:`Report` of one demo run."""
+    cfg = result.get("config", {})
+    r = Report("spottrain demo report",
+               subtitle=f"{cfg.get('model', '?')}: profile, predict, plan, simulate and run, end to end on this machine")
+    _summary(r, result)
+    _profile(r, result)
+    _plan(r, result)
+    _pareto(r, result)
+    _predict(r, result)
+    _transience(r, result)
+    _simulate(r, result)
+    _run(r, result)
+    return r
+
+
+def _summary(r: Report, result: dict[str, Any]) -> None:
+    rows = [{"stage": st["title"], "status": st["status"], "seconds": round(st["seconds"], 1),
+             "note": st["reason"]} for st in result.get("stages", {}).values()]
+    cfg = result.get("config", {})
+    text = (f"Model {cfg.get('model')} ({cfg.get('epochs'):g} epochs), deadline "
+            f"{cfg.get('deadline_s', 0) / HOUR_S:g} h at {cfg.get('confidence', 0):.0%} confidence; "
+            f"local run of {cfg.get('steps')} steps on {cfg.get('workers')} workers. "
+            f"Whole demo: {result.get('wall_s', 0):.0f} s.")
+    r.add_section(SECTION_TITLES["summary"], text=text, table=rows)
+
+
+def _profile(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "profile")
+    if data is None:
+        r.add_unavailable(SECTION_TITLES["profile"], why)
+        return
+    s = data["summary"]
+    rows = [{"quantity": k, "value": v} for k, v in (
+        ("model", s["model"]), ("batch size (samples)", s["batch_size"]), ("parameters", s["param_count"]),
+        ("GFLOPs per sample (fwd+bwd)", s["gflops_per_sample"]), ("median step time (s)", s["step_time_s"]),
+        ("throughput (samples/s)", s["samples_per_s"]), ("device", s["device"]))]
+    r.add_section(SECTION_TITLES["profile"], text="A short measurement of one training step on this CPU.", table=rows)
+
+
+def _plan(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "plan")
+    if data is None:
+        r.add_unavailable(SECTION_TITLES["plan"], why)
+        return
+    c = data.get("chosen") or {}
+    plan = data.get("plan") or {}
+    pred = plan.get("prediction", {})
+    rows = [{"quantity": k, "value": v} for k, v in (
+        ("cluster", data.get("label")),
+        ("samples to train", data["samples_total"]),
+        ("expected time (h)", c.get("duration_s", 0) / HOUR_S if c else None),
+        ("95th percentile time (h)", (c.get("duration_p95_s") or 0) / HOUR_S if c.get("duration_p95_s") else None),
+        ("expected cost (USD)", c.get("cost_usd")),
+        ("95th percentile cost (USD)", c.get("cost_p95_usd")),
+        ("P(meet deadline)", c.get("p_meet_deadline")),
+        ("deadline (h)", data["deadline_s"] / HOUR_S),
+        ("bottleneck", pred.get("bottleneck")),
+        ("expected revocations", pred.get("expected_revocations")),
+        ("checkpoint interval (s)", plan.get("checkpoint_interval_s")),
+        ("recovery policy", plan.get("policy")))]
+    baselines = [{k: v for k, v in b.items() if not k.startswith("_")} for b in data.get("baselines", [])]
+    frag = ""
+    if baselines:
+        from spottrain.report.document import table_html
+
+        frag = "<h3>Baselines</h3>" + table_html(baselines)
+    r.add_section(SECTION_TITLES["plan"], text=data.get("explanation") or "", table=rows, html_fragment=frag or None)
+
+
+def _pareto(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "plan")
+    if data is None or not data.get("chosen"):
+        r.add_unavailable(SECTION_TITLES["pareto"], why or "the planner returned no cost/time figures")
+        return
+    baselines = [b["_point"] for b in data.get("baselines", []) if b.get("_point")]
+    plot = pareto_plot(data.get("candidates") or data.get("runners_up") or [], pareto=data.get("pareto") or [],
+                       baselines=baselines, chosen=data["chosen"], deadline_s=data["deadline_s"])
+    r.add_section(SECTION_TITLES["pareto"], plots=[plot])
+
+
+def _predict(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "predict")
+    if data is None:
+        r.add_unavailable(SECTION_TITLES["predict"], why)
+        return
+    w = data["workload"]
+    text = (f"{w['model']} at {w['batch_size']} samples per GPU, {w['flops_per_sample'] / 1e9:.2f} GFLOPs per sample, "
+            f"from {w['source']}. One GPU of each type; bars show the model's uncertainty interval.")
+    rows = [{"GPU": x["gpu"], "samples/s": x["throughput"], "low": x["low"], "high": x["high"],
+             "step time (s)": x["iteration_time_s"], "bottleneck": x["bottleneck"]} for x in data["rows"]]
+    r.add_section(SECTION_TITLES["predict"], text=text, plots=[throughput_plot(data["rows"], model=w["model"])], table=rows)
+
+
+def _transience(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "transience")
+    if data is None:
+        r.add_unavailable(SECTION_TITLES["transience"], why)
+        return
+    r.add_section(SECTION_TITLES["transience"], plots=[lifetime_plot(data["curves"], horizon_h=26)], table=data["rows"])
+
+
+def _simulate(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "simulate")
+    if data is None or not data.get("per_policy"):
+        r.add_unavailable(SECTION_TITLES["simulate"], why or "the simulator returned no per-policy distributions")
+        return
+    plan, _ = _stage(result, "plan")
+    deadline = plan["deadline_s"] if plan else None
+    r.add_section(SECTION_TITLES["simulate"], text=data.get("note", ""),
+                  plots=[distribution_plot(data["per_policy"], deadline_s=deadline)], table=data.get("table"))
+
+
+def _run(r: Report, result: dict[str, Any]) -> None:
+    data, why = _stage(result, "run")
+    if data is None:
+        r.add_unavailable(SECTION_TITLES["run"], why)
+        r.add_unavailable(SECTION_TITLES["compare"], why)
+        return
+    tl = data["timeline"]
+    plot = timeline_plot(membership=tl["membership"], progress=tl["progress"], checkpoints_s=tl.get("checkpoints_s", []),
+                         revocations_s=tl.get("revocations_s", []), joins_s=tl.get("joins_s", []),
+                         planned_revocations_s=[e["at_s"] for e in data.get("schedule", [])],
+                         total_steps=data.get("steps"))
+    sched = [{"worker": e["worker"], "kind": e["kind"], "at (s, local)": e["at_s"],
+              "from simulated time (h)": e.get("sim_time_s", 0) / HOUR_S} for e in data.get("schedule", [])]
+    r.add_section(SECTION_TITLES["run"], text=data.get("note", ""), plots=[plot], table=sched or None)
+    r.add_section(SECTION_TITLES["compare"], text=data.get("compare_note", ""), table=data["compare"])
