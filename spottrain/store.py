@@ -1,0 +1,306 @@
+"""The embedded store: one SQLite file for profiles and for records of real runs.
+
+Where: ``platformdirs.user_data_dir("spottrain")/spottrain.db``, or the path in the
+environment variable ``SPOTTRAIN_STORE``, or an explicit ``path`` (the CLI's ``--store``).
+
+Tables (``PRAGMA user_version`` holds :data:`STORE_SCHEMA_VERSION`):
+
+- ``profiles``: one row per profile; the full profile JSON in ``json`` plus indexed columns
+  (model, batch size, device, precision, samples/s, created_at) for listing.
+- ``runs``: one row per training run (``run_id`` unique; plan and metadata as JSON; status).
+- ``run_events``: time-stamped events of a run (start, checkpoint, revoke, throughput ...)
+  with a JSON payload; measurements from real runs land here.
+
+Every write is one transaction (``with conn:``), so an interrupted command (Ctrl-C) leaves
+either the whole row or nothing. Several processes may write at once (busy timeout 30 s).
+
+>>> import tempfile, os
+>>> store = Store(os.path.join(tempfile.mkdtemp(), "s.db"))
+>>> store.list_profiles()
+[]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from spottrain.errors import InputError, SchemaVersionError
+from spottrain.profiler.schema import Profile
+
+STORE_SCHEMA_VERSION = 1
+ENV_VAR = "SPOTTRAIN_STORE"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS profiles (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    device_kind TEXT NOT NULL,
+    device_name TEXT,
+    precision TEXT,
+    samples_per_s REAL NOT NULL,
+    step_time_s REAL NOT NULL,
+    schema_version INTEGER NOT NULL,
+    json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS profiles_model ON profiles(model);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    status TEXT NOT NULL,
+    plan_json TEXT,
+    meta_json TEXT
+);
+CREATE TABLE IF NOT EXISTS run_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    time_s REAL NOT NULL,
+    event TEXT NOT NULL,
+    data_json TEXT
+);
+CREATE INDEX IF NOT EXISTS run_events_run ON run_events(run_id, time_s);
+"""
+
+
+def default_store_path() -> Path:
+    """``$SPOTTRAIN_STORE`` if set, else ``spottrain.db`` in the user's data directory."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("spottrain", appauthor=False)) / "spottrain.db"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRow:
+    """A profile's summary line in the store."""
+
+    id: int
+    created_at: str
+    model: str
+    batch_size: int
+    device_kind: str
+    device_name: str | None
+    precision: str | None
+    samples_per_s: float
+    step_time_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    run_id: str
+    created_at: str
+    updated_at: str
+    status: str
+    plan: dict[str, Any] | None
+    meta: dict[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEvent:
+    run_id: str
+    time_s: float
+    event: str
+    data: dict[str, Any] | None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class Store:
+    """SQLite store of profiles and run records; ``Store()`` opens the default location."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_store_path()
+        if self.path.exists() and self.path.is_dir():
+            raise InputError("is a directory; --store expects a database file path", file=str(self.path))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise InputError(f"cannot open the store: {exc}", file=str(self.path)) from None
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise InputError(f"not a spottrain store (SQLite says: {exc})", file=str(self.path)) from None
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        # BEGIN IMMEDIATE takes the write lock up front: no upgrade deadlocks between writers.
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:  # KeyboardInterrupt too: nothing half-written stays
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > STORE_SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"store schema version {version} is newer than this spottrain understands ({STORE_SCHEMA_VERSION}); "
+                "upgrade spottrain or use another --store",
+                file=str(self.path),
+            )
+        if version < STORE_SCHEMA_VERSION:
+            with self._tx() as conn:
+                # Statement by statement: executescript() would commit the open transaction.
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {STORE_SCHEMA_VERSION}")
+
+    # -- profiles
+
+    def add_profile(self, profile: Profile) -> int:
+        """Store a profile; returns its id."""
+        dev = profile.device
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO profiles (created_at, model, batch_size, device_kind, device_name, precision, "
+                "samples_per_s, step_time_s, schema_version, json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    profile.created_at or _now(),
+                    profile.model,
+                    profile.batch_size,
+                    str(dev.get("kind", "")),
+                    dev.get("name"),
+                    profile.precision,
+                    profile.samples_per_s,
+                    profile.step_time_s,
+                    profile.schema_version,
+                    profile.to_json(indent=None),
+                ),
+            )
+            return int(cur.lastrowid)
+
+    def list_profiles(self, *, model: str | None = None) -> list[ProfileRow]:
+        """Summaries, newest first; ``model`` filters by exact model name."""
+        sql = "SELECT id, created_at, model, batch_size, device_kind, device_name, precision, samples_per_s, step_time_s FROM profiles"
+        args: tuple[Any, ...] = ()
+        if model is not None:
+            sql += " WHERE model = ?"
+            args = (model,)
+        rows = self._conn.execute(sql + " ORDER BY id DESC", args).fetchall()
+        return [ProfileRow(**dict(r)) for r in rows]
+
+    def get_profile(self, key: int | str) -> Profile:
+        """A profile by id, or the newest profile of a model name."""
+        row = self._find(key)
+        return Profile.from_dict(json.loads(row["json"]), source=f"{self.path} profile {row['id']}")
+
+    def get_profile_json(self, key: int | str) -> dict[str, Any]:
+        return json.loads(self._find(key)["json"])
+
+    def _find(self, key: int | str) -> sqlite3.Row:
+        if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+            row = self._conn.execute("SELECT id, json FROM profiles WHERE id = ?", (int(key),)).fetchone()
+            if row is None:
+                raise InputError(f"no profile with id {key} (see `spottrain profiles list`)", file=str(self.path))
+            return row
+        row = self._conn.execute("SELECT id, json FROM profiles WHERE model = ? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+        if row is None:
+            from spottrain.errors import UnknownNameError
+
+            known = [r[0] for r in self._conn.execute("SELECT DISTINCT model FROM profiles")]
+            raise UnknownNameError("profiled model", key, known)
+        return row
+
+    def remove_profiles(self, ids: list[int]) -> int:
+        """Delete profiles by id (all or none); returns how many were removed."""
+        with self._tx() as conn:
+            missing = [i for i in ids if conn.execute("SELECT 1 FROM profiles WHERE id = ?", (i,)).fetchone() is None]
+            if missing:
+                raise InputError(f"no profile with id {', '.join(map(str, missing))}; nothing removed", file=str(self.path))
+            for i in ids:
+                conn.execute("DELETE FROM profiles WHERE id = ?", (i,))
+        return len(ids)
+
+    # -- runs
+
+    def record_run(self, run_id: str, *, status: str, plan: dict[str, Any] | None = None, meta: dict[str, Any] | None = None) -> None:
+        """Create or update a run; a None ``plan``/``meta`` keeps the stored value."""
+        now = _now()
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO runs (run_id, created_at, updated_at, status, plan_json, meta_json) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(run_id) DO UPDATE SET updated_at = excluded.updated_at, status = excluded.status, "
+                "plan_json = COALESCE(excluded.plan_json, runs.plan_json), meta_json = COALESCE(excluded.meta_json, runs.meta_json)",
+                (run_id, now, now, status, _dumps(plan), _dumps(meta)),
+            )
+
+    def record_event(self, run_id: str, event: str, *, time_s: float | None = None, data: dict[str, Any] | None = None) -> None:
+        """Append an event to a run (the run is created with status 'running' if new)."""
+        with self._tx() as conn:
+            now = _now()
+            conn.execute(
+                "INSERT OR IGNORE INTO runs (run_id, created_at, updated_at, status) VALUES (?, ?, ?, 'running')",
+                (run_id, now, now),
+            )
+            conn.execute(
+                "INSERT INTO run_events (run_id, time_s, event, data_json) VALUES (?, ?, ?, ?)",
+                (run_id, time.time() if time_s is None else float(time_s), event, _dumps(data)),
+            )
+
+    def get_run(self, run_id: str) -> RunRecord:
+        row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            from spottrain.errors import UnknownNameError
+
+            raise UnknownNameError("run", run_id, [r[0] for r in self._conn.execute("SELECT run_id FROM runs")])
+        return RunRecord(
+            run_id=row["run_id"], created_at=row["created_at"], updated_at=row["updated_at"], status=row["status"],
+            plan=_loads(row["plan_json"]), meta=_loads(row["meta_json"]),
+        )
+
+    def list_runs(self) -> list[RunRecord]:
+        ids = [r[0] for r in self._conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id")]
+        return [self.get_run(i) for i in ids]
+
+    def events(self, run_id: str, *, event: str | None = None) -> list[RunEvent]:
+        sql, args = "SELECT run_id, time_s, event, data_json FROM run_events WHERE run_id = ?", [run_id]
+        if event is not None:
+            sql += " AND event = ?"
+            args.append(event)
+        rows = self._conn.execute(sql + " ORDER BY time_s, id", args).fetchall()
+        return [RunEvent(run_id=r[0], time_s=r[1], event=r[2], data=_loads(r[3])) for r in rows]
+
+
+def _dumps(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def _loads(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else json.loads(text)
+
+
+def open_store(path: str | os.PathLike[str] | None = None) -> Store:
+    """Open (creating if needed) the store at ``path`` or the default location."""
+    return Store(path)
