@@ -8,6 +8,7 @@ and exit with code 2; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -51,6 +52,10 @@ def version() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
+    # Piped output (a file, `less`, CI logs) has no terminal width; rich would squeeze tables
+    # into 80 columns and cut every cell. Give it room unless the user chose a width.
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        os.environ["COLUMNS"] = "200"
     try:
         # Typer handles its own usage errors (exit code 2) and --help in standalone mode;
         # our errors propagate here and are printed on one line.
