@@ -349,7 +349,10 @@ def profile(
         report("probe", 0, 1)
         probe_size = min(batch_size, 2)
         try:
-            probe = _probe(model, slice_batch(batch, probe_size, batch_size), probe_size, dev, precision)
+            # Copies, not views: a view would carry the whole batch's storage into the byte count.
+            probe_batch = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x,
+                                   slice_batch(batch, probe_size, batch_size))
+            probe = _probe(model, probe_batch, probe_size, dev, precision)
         except Exception as exc:
             if _is_oom(exc):
                 _free(dev)
