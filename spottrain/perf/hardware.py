@@ -1,0 +1,133 @@
+"""Device figures the performance model needs, looked up by GPU name or instance type.
+
+Peak figures come from :func:`spottrain.catalog.gpu_spec`. A few GPUs measured in the shipped
+benchmark tables are not cloud offers and are not in the catalog (workstation cards, PCIe
+variants of data-centre parts); their datasheet figures live in ``_EXTRA`` below.
+
+Per-node network bandwidth defaults to what a typical single-GPU instance of that GPU gets
+(the catalog's ``network_gbps_for_gpu`` when it has one).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from spottrain.errors import UnknownNameError
+
+# name: (architecture, fp32, fp16 tensor dense, tf32 dense or None, memory GB/s, pcie GB/s, nvlink GB/s or None)
+_EXTRA: dict[str, tuple[str, float, float, float | None, float, float, float | None]] = {
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+    "A100-PCIe": ("Ampere", 19.5, 312.0, 156.0, 1555.0, 32.0, None),
+    "A100-80GB-PCIe": ("Ampere", 19.5, 312.0, 156.0, 1935.0, 32.0, None),
+    # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+    "H100-PCIe": ("Hopper", 51.0, 756.0, 378.0, 2000.0, 64.0, None),
+    # https://resources.nvidia.com/en-us-grace-cpu/grace-hopper-superchip (96 GB HBM3)
+    "GH200": ("Hopper", 67.0, 989.5, 494.5, 4000.0, 450.0, 900.0),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/design-visualization/quadro-product-literature/quadro-rtx-8000-us-nvidia-946977-r1-web.pdf
+    "RTX8000": ("Turing", 16.3, 130.5, None, 672.0, 16.0, None),
+    # https://images.nvidia.com/aem-dam/en-zz/Solutions/geforce/ampere/pdf/NVIDIA-ampere-GA102-GPU-Architecture-Whitepaper-V1.pdf
+    "RTX3090": ("Ampere", 35.6, 71.0, 35.6, 936.0, 32.0, None),
+    "RTXA6000": ("Ampere", 38.7, 154.8, 77.4, 768.0, 32.0, None),
+    # https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf
+    "RTX4090": ("Ada Lovelace", 82.6, 165.2, 82.6, 1008.0, 32.0, None),
+    "RTX6000-Ada": ("Ada Lovelace", 91.1, 364.2, 182.1, 960.0, 32.0, None),
+}
+_EXTRA_ALIASES = {
+    "a100pcie": "A100-PCIe", "a10040gbpcie": "A100-PCIe", "a100pcie40gb": "A100-PCIe",
+    "a10080gbpcie": "A100-80GB-PCIe", "a100pcie80gb": "A100-80GB-PCIe",
+    "h100pcie": "H100-PCIe", "h10080gbpcie": "H100-PCIe", "gh200": "GH200", "gh20096gb": "GH200",
+    "rtx8000": "RTX8000", "quadrortx8000": "RTX8000", "rtx3090": "RTX3090", "rtxa6000": "RTXA6000",
+    "a6000": "RTXA6000", "rtx4090": "RTX4090", "rtx6000ada": "RTX6000-Ada",
+}
+# Default per-node network (Gbit/s) of the usual single-GPU instance, used when the catalog has none:
+# GCE n1-standard-8 with 1 GPU gets 16 Gbps egress; AWS p3.2xlarge "up to 10", g4dn/g5.xlarge "up to 25".
+_DEFAULT_NETWORK_GBPS = {"K80": 16.0, "P100": 16.0, "V100": 10.0, "V100-32GB": 10.0, "T4": 25.0, "A10G": 25.0,
+                         "L4": 16.0, "A100": 100.0, "A100-80GB": 100.0, "H100": 200.0, "H200": 200.0, "B200": 400.0}
+_FALLBACK_NETWORK_GBPS = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """What the throughput model uses of one GPU type."""
+
+    name: str
+    fp32_tflops: float
+    fp16_tflops: float
+    tf32_tflops: float | None
+    memory_bandwidth_gbs: float
+    pcie_gbs: float
+    nvlink_gbs: float | None
+    network_gbps: float
+    """Default per-node network bandwidth (Gbit/s) of a typical instance with this GPU."""
+
+    def tensor_tflops(self, precision: str) -> float:
+        """Peak of the fast path used at ``precision`` (fp16 tensor cores, TF32 for fp32 where it exists)."""
+        if precision == "fp16":
+            return max(self.fp16_tflops, self.fp32_tflops)
+        return self.tf32_tflops if self.tf32_tflops else self.fp32_tflops
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _catalog_network(gpu: str) -> float | None:
+    try:
+        from spottrain import catalog
+
+        fn = getattr(catalog, "network_gbps_for_gpu", None)
+        return float(fn(gpu)) if fn is not None else None
+    except Exception:  # noqa: BLE001 - the catalog may not know this GPU; fall back to our default
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def device(name: str) -> Device:
+    """Device figures for a GPU name (any catalog alias) or an instance type.
+
+    Raises :class:`~spottrain.errors.UnknownNameError` with the near miss for unknown names.
+    """
+    from spottrain.catalog import gpu_spec, known_gpus
+
+    extra = _EXTRA_ALIASES.get(_key(name)) or (name if name in _EXTRA else None)
+    if extra is not None:
+        arch, fp32, fp16, tf32, bw, pcie, nvl = _EXTRA[extra]
+        return Device(name=extra, fp32_tflops=fp32, fp16_tflops=fp16, tf32_tflops=tf32, memory_bandwidth_gbs=bw,
+                      pcie_gbs=pcie, nvlink_gbs=nvl, network_gbps=_DEFAULT_NETWORK_GBPS.get(extra, _FALLBACK_NETWORK_GBPS))
+    try:
+        spec = gpu_spec(name)
+    except UnknownNameError:
+        inst = _instance(name)
+        if inst is not None:
+            return inst
+        raise UnknownNameError("GPU", name, [*known_gpus(), *_EXTRA]) from None
+    net = _catalog_network(spec.name) or _DEFAULT_NETWORK_GBPS.get(spec.name, _FALLBACK_NETWORK_GBPS)
+    return Device(name=spec.name, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops, tf32_tflops=spec.tf32_tflops,
+                  memory_bandwidth_gbs=spec.memory_bandwidth_gbs, pcie_gbs=spec.pcie_gbs, nvlink_gbs=spec.nvlink_gbs,
+                  network_gbps=net)
+
+
+def _instance(name: str) -> Device | None:
+    """An instance type (``p3.2xlarge``): its GPU with the instance's network bandwidth."""
+    try:
+        from spottrain.catalog import load_catalog  # type: ignore[attr-defined]
+
+        offers = load_catalog().instance(name)
+    except Exception:  # noqa: BLE001 - no catalog yet, or not an instance type
+        return None
+    if not offers:
+        return None
+    base = device(offers[0].gpu)
+    return Device(**{**base.__dict__, "network_gbps": float(offers[0].network_gbps)})
+
+
+def instance_gpu_count(name: str) -> int | None:
+    """GPUs per node of an instance type, or ``None`` when ``name`` is a GPU name."""
+    try:
+        from spottrain.catalog import load_catalog  # type: ignore[attr-defined]
+
+        offers = load_catalog().instance(name)
+        return int(offers[0].gpu_count) if offers else None
+    except Exception:  # noqa: BLE001
+        return None

@@ -1,0 +1,206 @@
+"""The measurement table: one row per measured (or queried) training configuration.
+
+CSV columns (header names exact, order free)::
+
+    model, batch_size, cluster, ps, sync, throughput            required
+    network_gbps, flops_per_sample, param_count, precision      optional
+
+* ``batch_size``: per GPU. ``cluster``: '+'-joined groups ``NxGPU`` or ``NxGPU:G`` (N nodes of
+  that GPU type, G GPUs each, default 1), e.g. ``4xK80``, ``1xV100+1xP100+2xK80``, ``2xA100:8``.
+* ``ps``: number of parameter servers, 0 = ring all-reduce. ``sync``: ``sync`` or ``async``.
+* ``throughput``: samples/s of the whole cluster (empty in a query table).
+* ``flops_per_sample``: forward + backward FLOPs of one sample; ``param_count``: parameters
+  (gradient bytes = 4 x param_count). Both are derived from the model zoo when empty and
+  ``model`` is a zoo name.
+* ``network_gbps``: per-node network bandwidth; empty = the GPU's documented default.
+* ``precision``: ``fp32`` (default) or ``fp16`` (mixed precision on tensor cores).
+
+Any other column is kept in :attr:`Measurement.extra` and written back unchanged.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spottrain.errors import InputError, UnknownNameError
+from spottrain.types import ClusterSpec
+
+REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
+OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision")
+PRECISIONS = ("fp32", "fp16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """One row of a measurement table (``throughput`` is ``None`` in a query)."""
+
+    model: str
+    batch_size: int
+    """Per-GPU batch size."""
+    cluster: ClusterSpec
+    ps: int
+    """Parameter servers; 0 = all-reduce."""
+    sync: str
+    """``"sync"`` or ``"async"``."""
+    throughput: float | None
+    """Samples/s of the whole cluster."""
+    flops_per_sample: float
+    """Forward + backward FLOPs of one sample."""
+    param_count: int
+    network_gbps: float | None = None
+    """Per-node network bandwidth; ``None`` = the GPU's default."""
+    precision: str = "fp32"
+    line: int | None = None
+    """Line in the source file (for error messages)."""
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def gradient_bytes(self) -> float:
+        return 4.0 * self.param_count
+
+
+def _number(text: str, *, file, line, column, integer=False, positive=True, allow_zero=False):
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"expected a number, got {text!r}", file=file, line=line, column=column) from None
+    if not math.isfinite(value) or (positive and (value < 0 or (value == 0 and not allow_zero))):
+        want = ">= 0" if allow_zero else "> 0"
+        raise InputError(f"expected a number {want}, got {text!r}", file=file, line=line, column=column)
+    if integer:
+        if value != int(value):
+            raise InputError(f"expected a whole number, got {text!r}", file=file, line=line, column=column)
+        return int(value)
+    return value
+
+
+def _zoo_figures(model: str) -> tuple[float | None, int | None]:
+    try:
+        from spottrain.profiler.zoo_info import zoo_info
+    except ImportError:  # pragma: no cover - profiler part missing
+        return None, None
+    try:
+        info = zoo_info(model)
+    except UnknownNameError:
+        return None, None
+    from spottrain.perf.workload import published_flops
+
+    flops = info.get("flops_per_sample") or published_flops(model)
+    return flops, info.get("param_count")
+
+
+def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None = None, query: bool = False) -> Measurement:
+    """Validate one CSV row (a dict of column -> text) into a :class:`Measurement`."""
+    from spottrain.perf.hardware import device
+
+    def get(col: str) -> str:
+        return (row.get(col) or "").strip()
+
+    model = get("model")
+    if not model:
+        raise InputError("expected a model name, got an empty value", file=file, line=line, column="model")
+    batch = _number(get("batch_size"), file=file, line=line, column="batch_size", integer=True)
+    cluster = ClusterSpec.parse(get("cluster"), where="cluster") if get("cluster") else None
+    if cluster is None:
+        raise InputError("expected a cluster such as 4xK80 or 1xV100+2xK80:4, got an empty value", file=file, line=line, column="cluster")
+    for g in cluster.groups:
+        try:
+            device(g.gpu)
+        except UnknownNameError as exc:
+            raise InputError(str(exc), file=file, line=line, column="cluster") from None
+    ps = _number(get("ps") or "0", file=file, line=line, column="ps", integer=True, allow_zero=True)
+    sync = get("sync").lower() or "sync"
+    if sync not in ("sync", "async"):
+        raise InputError(f"expected 'sync' or 'async', got {get('sync')!r}", file=file, line=line, column="sync")
+    if sync == "async" and ps == 0:
+        raise InputError("asynchronous training needs a parameter server (ps >= 1)", file=file, line=line, column="ps")
+    thr_text = get("throughput")
+    throughput = None
+    if thr_text:
+        throughput = _number(thr_text, file=file, line=line, column="throughput")
+    elif not query:
+        raise InputError("expected a throughput (samples/s) > 0, got an empty value", file=file, line=line, column="throughput")
+    flops = _number(get("flops_per_sample"), file=file, line=line, column="flops_per_sample") if get("flops_per_sample") else None
+    params = (_number(get("param_count"), file=file, line=line, column="param_count", integer=True)
+              if get("param_count") else None)
+    if flops is None or params is None:
+        zoo_flops, zoo_params = _zoo_figures(model)
+        flops = flops if flops is not None else zoo_flops
+        params = params if params is not None else zoo_params
+    if flops is None:
+        raise InputError(f"model {model!r} is not in the zoo (or has no FLOPs there): fill flops_per_sample",
+                         file=file, line=line, column="flops_per_sample")
+    if params is None:
+        raise InputError(f"model {model!r} is not in the zoo: fill param_count", file=file, line=line, column="param_count")
+    net = _number(get("network_gbps"), file=file, line=line, column="network_gbps") if get("network_gbps") else None
+    precision = get("precision").lower() or "fp32"
+    if precision not in PRECISIONS:
+        raise InputError(f"expected one of {', '.join(PRECISIONS)}, got {get('precision')!r}", file=file, line=line, column="precision")
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    extra = {k: v for k, v in row.items() if k is not None and k not in known}
+    return Measurement(model=model, batch_size=batch, cluster=cluster, ps=ps, sync=sync, throughput=throughput,
+                       flops_per_sample=float(flops), param_count=int(params), network_gbps=net, precision=precision,
+                       line=line, extra=extra)
+
+
+def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurement]:
+    """Read and validate a measurement table (``query=True``: throughput may be empty).
+
+    Errors name the file, line and column: ``m.csv, line 7, column cluster: unknown GPU 'V10'``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(line for line in fh if not line.lstrip().startswith("#"))
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        required = [c for c in REQUIRED_COLUMNS if not (query and c == "throughput")]
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise InputError(f"missing required column(s) {', '.join(missing)}; a measurement table has columns "
+                             f"{', '.join(REQUIRED_COLUMNS)} [+ {', '.join(OPTIONAL_COLUMNS)}]",
+                             file=str(path), line=1, column=missing[0])
+        reader.fieldnames = header
+        rows = []
+        for i, row in enumerate(reader, start=2):
+            if not any((v or "").strip() for k, v in row.items() if k is not None):
+                continue
+            rows.append(parse_row(row, file=str(path), line=i, query=query))
+    if not rows:
+        raise InputError("the table has no data rows", file=str(path))
+    return rows
+
+
+def write_measurements(rows: list[Measurement], path: str | Path, *, extra_columns: dict[str, list] | None = None) -> None:
+    """Write rows in the table format; ``extra_columns`` adds columns (e.g. predictions)."""
+    extra_columns = extra_columns or {}
+    kept = sorted({k for r in rows for k in r.extra})
+    cols = [*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS, *kept, *extra_columns]
+    with Path(path).open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for i, r in enumerate(rows):
+            base = [r.model, r.batch_size, str(r.cluster), r.ps, r.sync, "" if r.throughput is None else r.throughput,
+                    "" if r.network_gbps is None else r.network_gbps, r.flops_per_sample, r.param_count, r.precision]
+            w.writerow(base + [r.extra.get(k, "") for k in kept] + [extra_columns[c][i] for c in extra_columns])
+
+
+def shipped_tables() -> dict[str, Path]:
+    """The real measurement tables shipped with spottrain (name -> path); see their SOURCE.md."""
+    from importlib import resources
+
+    root = resources.files("spottrain").joinpath("data", "measurements")
+    return {p.name.removesuffix(".csv"): Path(str(p)) for p in sorted(root.iterdir(), key=lambda p: p.name)
+            if p.name.endswith(".csv")}
+
+
+def load_shipped(names: tuple[str, ...] | None = None) -> list[Measurement]:
+    """Rows of the shipped tables (all, or those named)."""
+    rows: list[Measurement] = []
+    for name, path in shipped_tables().items():
+        if names is None or name in names:
+            rows.extend(read_measurements(path))
+    return rows

@@ -1,0 +1,401 @@
+"""Cluster throughput prediction: the fitted analytical model plus a learned correction.
+
+:class:`ThroughputModel` follows the estimator contract: ``fit(measurements)`` calibrates the
+analytical model of :mod:`spottrain.perf.analytical` (a maximum-a-posteriori fit in log space:
+every parameter has a physical prior, so few measurements move it little and unseen GPUs or
+models fall back to the physics), then, optionally, a ridge correction of the log residuals
+(:mod:`spottrain.perf.correction`) that is kept only when cross-validation says it helps.
+Prediction intervals come from cross-validated log residuals and widen when a query is outside
+the fitted range (unseen GPU or model, more nodes than measured).
+
+Example::
+
+    >>> from spottrain.perf import predict_throughput, Workload
+    >>> p = predict_throughput(Workload.from_zoo("resnet50", 64), "4xV100", ps=1, sync="async")
+    >>> p.bottleneck in {"compute", "network", "ps", "pcie"}
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spottrain.errors import InputError, NotFittedError
+from spottrain.perf import analytical as an
+from spottrain.perf.hardware import device, instance_gpu_count
+from spottrain.perf.measurements import Measurement
+from spottrain.perf.workload import Workload
+from spottrain.types import ClusterGroup, ClusterSpec
+
+
+class ExtrapolationWarning(UserWarning):
+    """A prediction is far outside the range the model was fitted on."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputPrediction:
+    """Predicted training speed of one configuration."""
+
+    throughput: float
+    """Samples/s of the whole cluster."""
+    low: float
+    """Lower end of the ~90 % interval (samples/s)."""
+    high: float
+    """Upper end of the ~90 % interval (samples/s)."""
+    iteration_time_s: float
+    """Seconds per step of one worker (sync: of the cluster)."""
+    bottleneck: str
+    """``compute``, ``network``, ``ps`` or ``pcie`` (intra-node link)."""
+    extrapolated: bool = False
+    """True when the query is outside the fitted range (interval widened)."""
+    notes: tuple[str, ...] = ()
+    """Why the prediction is extrapolated."""
+    per_group: tuple[dict, ...] = field(default=())
+    """Per cluster group: gpu, nodes, gpus_per_node, samples_per_s."""
+
+    def to_dict(self) -> dict:
+        return {"throughput": self.throughput, "low": self.low, "high": self.high,
+                "iteration_time_s": self.iteration_time_s, "bottleneck": self.bottleneck,
+                "extrapolated": self.extrapolated, "notes": list(self.notes), "per_group": list(self.per_group)}
+
+
+def _resolve_groups(cluster: ClusterSpec) -> list[tuple[ClusterGroup, str, int]]:
+    """(group, device name, GPUs per node): instance types expand to their GPU and GPU count."""
+    out = []
+    for g in cluster.groups:
+        dev = device(g.gpu)
+        gpn = g.gpus_per_node
+        if gpn == 1 and dev.name.lower() != g.gpu.lower():
+            n = instance_gpu_count(g.gpu)
+            gpn = n if n else 1
+        out.append((g, dev.name, gpn))
+    return out
+
+
+@dataclass
+class _Query:
+    """A configuration to encode: the common form of measurements and ad-hoc queries."""
+
+    model: str
+    batch_size: int
+    cluster: ClusterSpec
+    ps: int
+    sync: str
+    flops: float
+    grad: float
+    precision: str = "fp32"
+    network_gbps: float | None = None
+    throughput: float | None = None
+
+    @classmethod
+    def of(cls, m: Measurement) -> "_Query":
+        return cls(model=m.model, batch_size=m.batch_size, cluster=m.cluster, ps=m.ps, sync=m.sync,
+                   flops=m.flops_per_sample, grad=m.gradient_bytes, precision=m.precision,
+                   network_gbps=m.network_gbps, throughput=m.throughput)
+
+
+def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[str, int],
+            model_effect: dict[str, int]) -> tuple[an.Encoded, list]:
+    K = max(len(q.cluster.groups) for q in queries)
+    R = len(queries)
+    cnt = np.zeros((R, K)); gpn = np.ones((R, K)); dev = np.zeros((R, K), dtype=int)
+    net = np.ones((R, K)); gidx = -np.ones((R, K), dtype=int)
+    resolved = []
+    for i, q in enumerate(queries):
+        groups = _resolve_groups(q.cluster)
+        resolved.append(groups)
+        for j, (g, name, n_gpu) in enumerate(groups):
+            if name not in dev_index:
+                dev_index[name] = len(dev_index)
+            cnt[i, j] = g.count; gpn[i, j] = n_gpu; dev[i, j] = dev_index[name]
+            net[i, j] = (q.network_gbps or device(g.gpu).network_gbps) / 8.0
+            gidx[i, j] = gpu_effect.get(f"{name}/{q.precision}", -1)
+    enc = an.Encoded(cnt=cnt, gpn=gpn, dev=dev, net=net,
+                     b=np.array([q.batch_size for q in queries], float),
+                     flops=np.array([q.flops for q in queries], float),
+                     grad=np.array([max(q.grad, 1.0) for q in queries], float),
+                     fp16=np.array([q.precision == "fp16" for q in queries]),
+                     ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
+                     gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]))
+    return enc, resolved
+
+
+def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
+    names = sorted(dev_index, key=dev_index.get)
+    ds = [device(n) for n in names]
+    return an.DeviceTable(
+        names=names,
+        log_p32=np.log([d.fp32_tflops for d in ds]),
+        log_p16=np.log([d.tensor_tflops("fp16") for d in ds]),
+        log_ptf=np.log([d.tensor_tflops("fp32") for d in ds]),
+        log_bw=np.log([d.memory_bandwidth_gbs for d in ds]),
+        link_gbs=np.array([(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs for d in ds]),
+    )
+
+
+class ThroughputModel:
+    """Analytical throughput model calibrated on a measurement table (estimator contract).
+
+    Parameters
+    ----------
+    prior:
+        ``"physics"`` (hand-set physical priors) or a fitted :class:`ThroughputModel` whose
+        parameters (and GPU / model effects) become the prior means, e.g. the model fitted on
+        the shipped real tables.
+    correction:
+        ``"auto"`` (ridge correction of residuals, kept only if cross-validation says it helps),
+        ``"always"`` or ``"none"``.
+    folds:
+        Folds of the internal cross-validation (intervals and the correction decision); 0 skips it.
+    gpu_sigma, model_sigma:
+        Prior standard deviation (log scale) of per-GPU and per-model efficiency deviations.
+    """
+
+    def __init__(self, *, prior="physics", correction: str = "auto", folds: int = 5, gpu_sigma: float = 0.35,
+                 model_sigma: float = 0.5, obs_sigma: float = 0.08, random_state: int = 0) -> None:
+        self.prior = prior
+        self.correction = correction
+        self.folds = folds
+        self.gpu_sigma = gpu_sigma
+        self.model_sigma = model_sigma
+        self.obs_sigma = obs_sigma
+        self.random_state = random_state
+
+    def get_params(self, deep: bool = False) -> dict:
+        return {k: getattr(self, k) for k in ("prior", "correction", "folds", "gpu_sigma", "model_sigma",
+                                               "obs_sigma", "random_state")}
+
+    def set_params(self, **params) -> "ThroughputModel":
+        for k, v in params.items():
+            setattr(self, k, v)
+        return self
+
+    # -- fitting ---------------------------------------------------------------------------
+    def _prior_means(self) -> tuple[np.ndarray, np.ndarray, dict[str, float], dict[str, float]]:
+        mean = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
+        sd = np.array([an.PRIOR[n][1] for n in an.GLOBALS])
+        g_prior: dict[str, float] = {}
+        m_prior: dict[str, float] = {}
+        if isinstance(self.prior, ThroughputModel):
+            p = self.prior
+            p._check()
+            mean = p.theta_.copy()
+            sd = sd * 0.5
+            sd[an.G_INDEX["c0"]] = 1.0  # frameworks differ in overall efficiency
+            g_prior = dict(p.gpu_effects_)
+            m_prior = dict(p.model_effects_)
+        return mean, sd, g_prior, m_prior
+
+    def fit(self, measurements: list[Measurement]) -> "ThroughputModel":
+        """Calibrate on measured rows (each needs ``throughput``); returns ``self``."""
+        from scipy.optimize import least_squares
+
+        rows = [m for m in measurements]
+        if not rows:
+            raise InputError("no measurements to fit")
+        for m in rows:
+            if m.throughput is None or not m.throughput > 0:
+                raise InputError("expected a throughput > 0", line=m.line, column="throughput")
+        queries = [_Query.of(m) for m in rows]
+        mean, sd, g_prior, m_prior = self._prior_means()
+        gpu_keys = sorted({f"{device(g.gpu).name}/{q.precision}" for q in queries for g in q.cluster.groups})
+        model_keys = sorted({q.model for q in queries})
+        gpu_effect = {k: i for i, k in enumerate(gpu_keys)}
+        model_effect = {k: i for i, k in enumerate(model_keys)}
+        dev_index: dict[str, int] = {}
+        enc, _ = _encode(queries, dev_index, gpu_effect, model_effect)
+        devs = _device_table(dev_index)
+        y = np.log([q.throughput for q in queries])
+        g0 = np.array([g_prior.get(k, 0.0) for k in gpu_keys])
+        m0 = np.array([m_prior.get(k, 0.0) for k in model_keys])
+        nG, nM = len(gpu_keys), len(model_keys)
+        s_obs = self.obs_sigma
+
+        def resid(z):
+            th, eg, em = z[: len(mean)], z[len(mean): len(mean) + nG], z[len(mean) + nG:]
+            with np.errstate(all="ignore"):
+                pred = an.evaluate(th, eg, em, enc, devs)
+            r = (np.log(np.maximum(pred, 1e-12)) - y) / s_obs
+            return np.concatenate([r, (th - mean) / sd, (eg - g0) / self.gpu_sigma, (em - m0) / self.model_sigma])
+
+        z0 = np.concatenate([mean, g0, m0])
+        sol = least_squares(resid, z0, method="trf", x_scale=1.0, max_nfev=200 * (len(z0) + 1) // 10)
+        z = sol.x
+        self.theta_ = z[: len(mean)]
+        self.gpu_effects_ = dict(zip(gpu_keys, z[len(mean): len(mean) + nG]))
+        self.model_effects_ = dict(zip(model_keys, z[len(mean) + nG:]))
+        self.gpu_effects_ = {**{k: v for k, v in g_prior.items() if k not in self.gpu_effects_}, **self.gpu_effects_}
+        self.model_effects_ = {**{k: v for k, v in m_prior.items() if k not in self.model_effects_}, **self.model_effects_}
+        self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
+        self.fitted_models_ = set(model_keys) | set(m_prior)
+        self.max_nodes_ = max(q.cluster.nodes for q in queries)
+        self.max_gpus_per_node_ = max(g.gpus_per_node for q in queries for g in q.cluster.groups)
+        self.n_rows_ = len(rows)
+        with np.errstate(all="ignore"):
+            fitted = an.evaluate(self.theta_, *self._effect_arrays(enc_keys=(gpu_keys, model_keys)), enc, devs)
+        self.train_log_residuals_ = y - np.log(fitted)
+        self.correction_ = None
+        self.interval_log_ = float(np.quantile(np.abs(self.train_log_residuals_), 0.9)) * 1.5 + 0.02
+        if self.folds and len(rows) >= 2 * max(self.folds, 2) and self.correction != "none":
+            self._fit_correction_and_intervals(rows)
+        elif self.correction == "always":
+            from spottrain.perf.correction import ResidualCorrection
+
+            self.correction_ = ResidualCorrection().fit(rows, self.train_log_residuals_)
+        return self
+
+    def _effect_arrays(self, enc_keys):
+        gk, mk = enc_keys
+        return (np.array([self.gpu_effects_.get(k, 0.0) for k in gk]),
+                np.array([self.model_effects_.get(k, 0.0) for k in mk]))
+
+    def _fit_correction_and_intervals(self, rows: list[Measurement]) -> None:
+        from spottrain.perf.correction import ResidualCorrection
+        from spottrain.perf.validation import kfold_indices
+
+        base = self.get_params()
+        base.update(folds=0, correction="none")
+        y = np.log([m.throughput for m in rows])
+        cv_an = np.zeros(len(rows))
+        cv_corr = np.zeros(len(rows))
+        for train, test in kfold_indices(len(rows), self.folds, self.random_state):
+            sub = ThroughputModel(**base).fit([rows[i] for i in train])
+            pred = np.log([p.throughput for p in sub.predict([rows[i] for i in test], warn=False)])
+            cv_an[test] = y[test] - pred
+            corr = ResidualCorrection().fit([rows[i] for i in train], sub.train_log_residuals_)
+            cv_corr[test] = y[test] - (pred + corr.predict([rows[i] for i in test]))
+        mae_an, mae_corr = float(np.mean(np.abs(cv_an))), float(np.mean(np.abs(cv_corr)))
+        use = self.correction == "always" or (self.correction == "auto" and mae_corr < 0.97 * mae_an)
+        self.cv_log_residuals_ = cv_corr if use else cv_an
+        self.cv_mae_log_ = {"analytical": mae_an, "corrected": mae_corr}
+        if use:
+            self.correction_ = ResidualCorrection().fit(rows, self.train_log_residuals_)
+        self.interval_log_ = float(np.quantile(np.abs(self.cv_log_residuals_), 0.9))
+
+    # -- prediction ------------------------------------------------------------------------
+    def _check(self) -> None:
+        if not hasattr(self, "theta_"):
+            raise NotFittedError("ThroughputModel.predict called before fit()")
+
+    def _extrapolation(self, q: _Query) -> list[str]:
+        notes = []
+        for g, name, gpn in _resolve_groups(q.cluster):
+            if name not in self.fitted_gpus_:
+                notes.append(f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)")
+            if gpn > 2 * self.max_gpus_per_node_:
+                notes.append(f"{gpn} GPUs per node, fitted up to {self.max_gpus_per_node_}")
+        if q.model not in self.fitted_models_:
+            notes.append(f"model {q.model} not in the fitted data (predicted from its FLOPs)")
+        if q.cluster.nodes > 2 * self.max_nodes_:
+            notes.append(f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}")
+        return notes
+
+    def predict(self, queries, *, warn: bool = True) -> list[ThroughputPrediction]:
+        """Predict each query (Measurements, or dict rows with the table's fields)."""
+        self._check()
+        qs = [_Query.of(q) if isinstance(q, Measurement) else q for q in queries]
+        if not qs:
+            return []
+        gpu_keys = sorted(self.gpu_effects_)
+        model_keys = sorted(self.model_effects_)
+        gmap = {k: i for i, k in enumerate(gpu_keys)}
+        mmap = {k: i for i, k in enumerate(model_keys)}
+        dev_index: dict[str, int] = {}
+        enc, resolved = _encode(qs, dev_index, gmap, mmap)
+        devs = _device_table(dev_index)
+        eg, em = self._effect_arrays((gpu_keys, model_keys))
+        with np.errstate(all="ignore"):
+            x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True)
+        logx = np.log(x)
+        if self.correction_ is not None:
+            logx = logx + self.correction_.predict([q for q in queries] if all(isinstance(q, Measurement) for q in queries)
+                                                    else qs)
+        out = []
+        for i, q in enumerate(qs):
+            notes = self._extrapolation(q)
+            half = self.interval_log_
+            if notes:
+                half = math.sqrt(half**2 + (0.25 * len(notes)) ** 2)
+                if warn:
+                    warnings.warn(f"{q.model} on {q.cluster}: " + "; ".join(notes), ExtrapolationWarning, stacklevel=2)
+            thr = float(math.exp(logx[i]))
+            gpus = q.cluster.total_gpus
+            it = gpus * q.batch_size / thr if q.ps == 0 or q.sync == "sync" else float(parts["t_w"][i])
+            out.append(ThroughputPrediction(
+                throughput=thr, low=thr * math.exp(-half), high=thr * math.exp(half), iteration_time_s=it,
+                bottleneck=an.bottleneck(q.ps, parts, i), extrapolated=bool(notes), notes=tuple(notes),
+                per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
+        return out
+
+    def score(self, measurements: list[Measurement]) -> float:
+        """Mean absolute percentage error (%) on measured rows."""
+        pred = self.predict(measurements, warn=False)
+        return float(np.mean([abs(p.throughput - m.throughput) / m.throughput for p, m in zip(pred, measurements)]) * 100)
+
+
+_DEFAULT: ThroughputModel | None = None
+_LOCK = threading.Lock()
+
+
+def default_model() -> ThroughputModel:
+    """The model calibrated on the shipped real measurement tables (fitted once per process)."""
+    global _DEFAULT
+    with _LOCK:
+        if _DEFAULT is None:
+            from spottrain.perf.measurements import load_shipped
+
+            _DEFAULT = ThroughputModel(folds=0, correction="none").fit(load_shipped())
+        return _DEFAULT
+
+
+def predict_throughput(workload: Workload, cluster: ClusterSpec | str, *, ps: int = 0, sync: str = "sync",
+                       network_gbps: float | None = None, model: ThroughputModel | None = None) -> ThroughputPrediction:
+    """Predict the throughput of ``workload`` on ``cluster`` (``"4xV100"``, ``"2xp3.8xlarge"``).
+
+    ``ps`` = parameter servers (0 = all-reduce); ``sync`` = ``"sync"`` or ``"async"``;
+    ``model`` defaults to :func:`default_model`. A profiled step time on a GPU (``Workload.
+    step_time_s_ref``) calibrates the model's efficiency for this workload.
+    """
+    if isinstance(cluster, str):
+        cluster = ClusterSpec.parse(cluster)
+    if sync not in ("sync", "async"):
+        raise InputError(f"expected 'sync' or 'async', got {sync!r}", column="sync")
+    if ps < 0:
+        raise InputError(f"expected ps >= 0, got {ps}", column="ps")
+    if sync == "async" and ps == 0:
+        raise InputError("asynchronous training needs a parameter server (ps >= 1)", column="ps")
+    m = model or default_model()
+    q = _Query(model=workload.model, batch_size=workload.batch_size, cluster=cluster, ps=ps, sync=sync,
+               flops=workload.flops_per_sample, grad=workload.gradient_bytes, precision=workload.precision,
+               network_gbps=network_gbps)
+    if workload.step_time_s_ref and workload.ref_gpu:
+        m = _calibrated_for(m, workload)
+    return m.predict([q])[0]
+
+
+def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:
+    """A shallow copy of ``m`` whose model effect for ``w.model`` reproduces the profiled step time."""
+    try:
+        ref = device(w.ref_gpu)
+    except Exception:  # noqa: BLE001 - profiled on a GPU we do not know: ignore the calibration
+        return m
+    q = _Query(model=w.model, batch_size=w.batch_size, cluster=ClusterSpec.parse(f"1x{ref.name}"), ps=0, sync="sync",
+               flops=w.flops_per_sample, grad=w.gradient_bytes, precision=w.precision)
+    clone = ThroughputModel(**m.get_params())
+    clone.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
+    clone.model_effects_ = dict(m.model_effects_)
+    clone.model_effects_[w.model] = 0.0
+    clone.correction_ = None
+    pred = clone.predict([q], warn=False)[0]
+    tau = math.exp(clone.theta_[an.G_INDEX["log_tau"]])
+    t_pred = w.batch_size / pred.throughput - tau
+    t_meas = max(w.step_time_s_ref - tau, 1e-6)
+    clone.model_effects_[w.model] = math.log(max(t_pred, 1e-9) / t_meas)
+    clone.fitted_models_ = set(m.fitted_models_) | {w.model}
+    clone.fitted_gpus_ = set(m.fitted_gpus_) | {ref.name}
+    return clone

@@ -1,0 +1,86 @@
+"""What is trained: FLOPs and gradient bytes per sample, from a profile or a zoo name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spottrain.errors import InputError
+
+# Forward + backward FLOPs per sample (2 FLOPs per multiply-add, backward = 2 x forward) for zoo
+# models, used only while the zoo's generated FLOPs table has no entry.
+# ResNet-50 224x224: 4.1 GMAC forward (He et al. 2016); ResNet-18: 1.8 GMAC; VGG-16: 15.5 GMAC;
+# BERT-base at 128 tokens: 2 x 85M non-embedding params x 128 + attention; GPT-2 small at 1024 tokens: 6 x 85M x 1024 + attention.
+_PUBLISHED_FLOPS = {
+    "resnet50": 6 * 4.1e9, "resnet18": 6 * 1.8e9, "vgg16": 6 * 15.5e9, "vgg19": 6 * 19.6e9,
+    "bert-base": 3 * 128 * (2 * 85e6 + 4 * 12 * 128 * 768), "gpt2-small": 3 * 1024 * (2 * 85e6 + 4 * 12 * 1024 * 768),
+    "resnet32": 6 * 69e6,
+}
+
+
+def published_flops(name: str) -> float | None:
+    """Published fwd+bwd FLOPs per sample of a zoo model, if we have a figure."""
+    try:
+        from spottrain.profiler.zoo_info import canonical_model
+
+        name = canonical_model(name)
+    except Exception:  # noqa: BLE001 - unknown name
+        pass
+    return _PUBLISHED_FLOPS.get(name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """One model at one per-GPU batch size, as the throughput model sees it."""
+
+    model: str
+    batch_size: int
+    """Per-GPU batch size."""
+    flops_per_sample: float
+    """Forward + backward FLOPs of one sample."""
+    param_count: int
+    gradient_bytes: float
+    """Bytes exchanged per gradient push (fp32 = 4 x parameters)."""
+    step_time_s_ref: float | None = None
+    """Measured step time on ``ref_gpu`` (from a profile), used to calibrate compute time."""
+    ref_gpu: str | None = None
+    precision: str = "fp32"
+
+    @classmethod
+    def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
+        """A zoo model (``resnet50``) with FLOPs and parameters from the zoo table."""
+        from spottrain.profiler.zoo_info import zoo_info
+
+        info = zoo_info(name)
+        flops = info.get("flops_per_sample") or published_flops(name)
+        if not flops:
+            raise InputError(f"zoo model {name!r} has no FLOPs figure; profile it (spottrain profile) instead", column="model")
+        b = int(batch_size or info.get("default_batch_size") or 32)
+        return cls(model=info["name"], batch_size=b, flops_per_sample=float(flops), param_count=int(info["param_count"]),
+                   gradient_bytes=float(info.get("gradient_bytes") or 4 * info["param_count"]), precision=precision)
+
+    @classmethod
+    def from_profile(cls, profile: Any, batch_size: int | None = None) -> "Workload":
+        """From a :class:`spottrain.profiler.schema.Profile` or its dict form."""
+        d = profile.to_dict() if hasattr(profile, "to_dict") else dict(profile)
+        try:
+            fwd = float(d.get("flops_per_sample_forward") or 0)
+            bwd = float(d.get("flops_per_sample_backward") or 0)
+            flops = float(d.get("flops_per_sample") or (fwd + bwd))
+            params = int(d["param_count"])
+            b = int(batch_size or d["batch_size"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"profile lacks a usable field: {exc}") from None
+        if flops <= 0:
+            flops = published_flops(str(d.get("model", ""))) or 0.0
+        if flops <= 0:
+            raise InputError("profile has no FLOPs per sample", column="flops_per_sample_forward")
+        dev = d.get("device") or {}
+        ref_gpu = dev.get("name") if dev.get("kind") == "cuda" else None
+        step = d.get("step_time_s")
+        same_batch = batch_size is None or int(batch_size) == int(d["batch_size"])
+        return cls(model=str(d.get("model", "custom")), batch_size=b, flops_per_sample=flops, param_count=params,
+                   gradient_bytes=float(d.get("gradient_bytes") or 4 * params),
+                   step_time_s_ref=float(step) if (step and ref_gpu and same_batch) else None, ref_gpu=ref_gpu,
+                   precision=str(d.get("precision") or "fp32").replace("amp", "fp16").replace("bf16", "fp16")
+                   if str(d.get("precision") or "fp32") in ("fp32", "fp16", "amp", "bf16") else "fp32")

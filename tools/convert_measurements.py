@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Convert published training-speed measurements into spottrain measurement tables.
+
+Reads the raw copies under ``../shared/data`` (or ``--data DIR``) and writes CSV files in the
+measurement-table interface (``model, batch_size, cluster, ps, sync, throughput`` plus
+``network_gbps, flops_per_sample, param_count, precision, source``) to
+``spottrain/data/measurements/``::
+
+    python tools/convert_measurements.py --data ../shared/data --out spottrain/data/measurements
+
+Assumptions (also written in spottrain/data/measurements/SOURCE.md):
+
+* CM-DARE and transient-dl ran Tensor2Tensor's CIFAR-10 image models with the default
+  ``batch_size = 128`` per worker (``resnet_base`` / ``shakeshake_small`` hparams). Their
+  TensorBoard ``global_step/sec`` counts every worker step, so cluster throughput in samples/s
+  is ``steps/s * 128``. The single-worker ResNet-32 K80 rate in transient-dl (4000 steps in
+  ~864 s = 4.63 steps/s) matches CM-DARE's 4.59 steps/s, which supports reading both the same way.
+* CM-DARE's ``Model FLOPs`` (TFProf) is taken as forward + backward FLOPs of one training sample
+  (ResNet-32 with 32/64/128 filters: 1.66 GFLOPs = about 3x its forward FLOPs).
+* A steady-state rate is the median over the reported intervals after dropping the first 10 %
+  (warm-up). Runs with revocations (spot clusters) are not used for cluster sizes.
+* Lambda: per-GPU batch sizes come from the matching ``-bs-`` table; FLOPs per sample are
+  published estimates (ResNet-50 at 224x224: 4.1 GMAC forward; BERT on SQuAD at sequence
+  length 384, FLOPs = 2 x non-embedding parameters per token plus attention), times 3 for
+  forward + backward. Only models whose unit is samples (images or sequences) per second are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import os
+import re
+import statistics
+from collections import defaultdict
+
+T2T_BATCH = 128
+COLUMNS = [
+    "model", "batch_size", "cluster", "ps", "sync", "throughput",
+    "network_gbps", "flops_per_sample", "param_count", "precision", "source",
+]
+# Model FLOPs (TFProf, fwd+bwd per sample) and parameter counts from CM-DARE's feature tables.
+CMDARE_NAMES = {
+    "Res15": "res15", "Res32": "res32", "res15": "res15", "res32": "res32",
+    "shake mid 32d": "shakemid32d", "shake small 32d": "shakesmall32d",
+}
+
+
+def _steady_rate(values: list[float]) -> float:
+    values = [v for v in values if v > 0]
+    drop = max(1, len(values) // 10) if len(values) > 3 else 0
+    return statistics.median(values[drop:])
+
+
+def _read_tb(path: str) -> list[float]:
+    with open(path, newline="") as fh:
+        return [float(r["Value"]) for r in csv.DictReader(fh) if r.get("Value") not in (None, "")]
+
+
+def _model_name(label: str) -> str:
+    label = CMDARE_NAMES.get(label, label)
+    return "t2t-" + label.replace(" ", "").lower()
+
+
+def cmdare_features(data: str) -> dict[str, tuple[float, int]]:
+    feats: dict[str, tuple[float, int]] = {}
+    # 0latency_resnet.csv and speed_data_supertable.csv state FLOPs divided by the batch size; skip them.
+    for name in ("0latency_data.csv", "0latency_k80_new.csv", "0latency_p100_new2.csv", "0latency_norm_computation.csv"):
+        f = os.path.join(data, "cmdare/processed_data/speed_data", name)
+        with open(f, newline="") as fh:
+            for r in csv.DictReader(fh):
+                if "Model (temp)" in r and r.get("Model FLOPs") and r.get("Number of Parameters"):
+                    feats[_model_name(r["Model (temp)"])] = (float(r["Model FLOPs"]), int(float(r["Number of Parameters"])))
+    return feats
+
+
+def cmdare_rows(data: str) -> list[dict]:
+    feats = cmdare_features(data)
+    rows = []
+    # Single worker (1 worker + 1 PS), 13 measurements per (GPU, model), latency 0.3 ms.
+    samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+    with open(os.path.join(data, "cmdare/processed_data/speed_data/0latency_norm_computation.csv"), newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["Latency (ms)"] and abs(float(r["Latency (ms)"]) - 0.3) < 1e-6:
+                samples[(r["GPU (temp)"].upper(), _model_name(r["Model (temp)"]))].append(float(r["Speed (steps/sec)"]))
+    for d in sorted(glob.glob(os.path.join(data, "cmdare/processed_data/speed_data_base/*"))):
+        m = re.match(r"([a-z0-9]+?)(k80|p100|v100)$", os.path.basename(d))
+        vals = []
+        with open(os.path.join(d, "data.csv"), newline="") as fh:
+            vals = [float(r["Value"]) for r in csv.DictReader(fh) if r["Value"]]
+        key = (m.group(2).upper(), _model_name(m.group(1)))
+        if key not in samples:  # V100 baselines; K80/P100 already measured in the feature tables
+            samples[key] = [_steady_rate(vals)]
+    for (gpu, model), vals in sorted(samples.items()):
+        flops, params = feats[model]
+        rows.append(dict(model=model, batch_size=T2T_BATCH, cluster=f"1x{gpu}", ps=1, sync="async",
+                         throughput=round(statistics.mean(vals) * T2T_BATCH, 3), flops_per_sample=flops,
+                         param_count=params, precision="fp32", source="cmdare/speed_data"))
+    # Cluster size 1..8, 1 PS (k80, p100) or 2 PS (p100ps2).
+    for f in sorted(glob.glob(os.path.join(data, "cmdare/processed_data/speed_and_cluster_size/*/*/*.csv"))):
+        folder, run = f.split(os.sep)[-3:-1]
+        m = re.match(r"(res15|res32|shakesmall|shakes?big)(?:k?80|p?100)(?:ps2)?worker(\d+)$", run)
+        gpu = "K80" if folder == "k80" else "P100"
+        ps = 2 if folder.endswith("ps2") else 1
+        model = _model_name(m.group(1).replace("shakesbig", "shakebig"))
+        flops, params = feats[model]
+        rate = _steady_rate(_read_tb(f))
+        rows.append(dict(model=model, batch_size=T2T_BATCH, cluster=f"{m.group(2)}x{gpu}", ps=ps, sync="async",
+                         throughput=round(rate * T2T_BATCH, 3), flops_per_sample=flops, param_count=params,
+                         precision="fp32", source=f"cmdare/speed_and_cluster_size/{folder}"))
+    return rows
+
+
+def _run_rates(path: str, group_col: str | None) -> list[float]:
+    """Steps/s of each run over its whole length.
+
+    Evaluation timestamps are quantised by the checkpoint interval (about 60 s), so the rate of a
+    single 4000-step interval jumps between two values; the slope over the whole run does not.
+    """
+    by_run: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            key = (r.get("Zone", ""), r.get("Run", "")) if group_col else ""
+            by_run[str(key)].append((float(r["Wall Time"]), float(r["Step"])))
+    rates = []
+    for pts in by_run.values():
+        pts.sort()
+        (t0, s0), (t1, s1) = pts[0], pts[-1]
+        if len(pts) >= 3 and t1 > t0 and s1 > s0:
+            rates.append((s1 - s0) / (t1 - t0))
+    return rates
+
+
+def transient_rows(data: str) -> list[dict]:
+    feats = cmdare_features(data)
+    flops, params = feats["t2t-res32"]
+    base = os.path.join(data, "transient-dl/training")
+    configs = []  # (path, workers, gpu, ps)
+    for d in sorted(glob.glob(os.path.join(base, "experiment_1ps_vs_2ps/*ps*[kv]"))):
+        m = re.match(r"(\d)ps(\d)([kv])$", os.path.basename(d))
+        configs.append((os.path.join(d, "train_data.csv"), int(m.group(2)), {"k": "K80", "v": "V100"}[m.group(3)], int(m.group(1))))
+    for f in sorted(glob.glob(os.path.join(base, "experiment_1ps_vs_2ps/1ps_k80/*_data.csv"))):
+        configs.append((f, int(os.path.basename(f).split("_")[0]), "K80", 1))
+    for name, n in (("k80-demand", 1), ("2-demand", 2), ("4-demand", 4), ("8-demand", 8)):
+        configs.append((os.path.join(base, "k80_on_demand", name, "train_data.csv"), n, "K80", 1))
+    for name, n, gpu in (("p100", 1, "P100"), ("v100", 1, "V100")):
+        configs.append((os.path.join(base, "p100_v100_spot", name, "train_data.csv"), n, gpu, 1))
+    rows = []
+    for path, n, gpu, ps in configs:
+        rate = statistics.median(_run_rates(path, "Run"))
+        rows.append(dict(model="t2t-res32", batch_size=T2T_BATCH, cluster=f"{n}x{gpu}", ps=ps, sync="async",
+                         throughput=round(rate * T2T_BATCH, 3), flops_per_sample=flops, param_count=params,
+                         precision="fp32", source="transient-dl/" + os.path.relpath(os.path.dirname(path), base)))
+    return rows
+
+
+# name_gpu label fragments -> GPU name used by spottrain.
+LAMBDA_GPUS = [
+    ("Quadro RTX 8000", "RTX8000"), ("V100", "V100"), ("RTX 3090", "RTX3090"), ("RTX 4090", "RTX4090"),
+    ("A100 40GB PCIe", "A100-PCIe"), ("A100 80GB PCIe", "A100-80GB-PCIe"), ("A100 80GB SXM4", "A100-80GB"),
+    ("RTX 6000 Ada", "RTX6000-Ada"), ("RTX A6000", "RTXA6000"), ("H100 80GB PCIe", "H100-PCIe"),
+    ("H100 80GB SXM5", "H100"), ("GH200", "GH200"), ("B200", "B200"), ("A10", "A10"),
+]
+# (fwd+bwd FLOPs per sample, parameters); see module docstring.
+LAMBDA_MODELS = {
+    "resnet50": (3 * 2 * 4.1e9, 25_557_032),
+    "bert_base_squad": (3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000),
+    "bert_large_squad": (3 * 384 * (2 * 302.0e6 + 4 * 24 * 384 * 1024), 340_000_000),
+}
+
+
+def _lambda_gpu(label: str) -> str | None:
+    for frag, name in LAMBDA_GPUS:
+        if frag in label:
+            return name
+    return None
+
+
+def lambda_rows(data: str) -> list[dict]:
+    base = os.path.join(data, "lambda-dl-benchmark/pytorch")
+    cells: dict[tuple, list[float]] = defaultdict(list)
+    for sub in ("", "csv_v1_v2/"):
+        for prec in ("fp32", "fp16"):
+            with open(os.path.join(base, f"{sub}pytorch-train-throughput-{prec}.csv"), newline="") as fh:
+                thr = list(csv.DictReader(fh))
+            with open(os.path.join(base, f"{sub}pytorch-train-bs-{prec}.csv"), newline="") as fh:
+                bs = {r["name_gpu"]: r for r in csv.DictReader(fh)}
+            for r in thr:
+                gpu = _lambda_gpu(r["name_gpu"])
+                if gpu is None or r["name_gpu"] not in bs:
+                    continue
+                n = int(float(r["num_gpu"]))
+                for model in LAMBDA_MODELS:
+                    v, b = r.get(model), bs[r["name_gpu"]].get(model)
+                    if v and b and float(v) > 0 and float(b) > 0:
+                        cells[(model, int(float(b)), gpu, n, prec)].append(float(v))
+    rows = []
+    for (model, b, gpu, n, prec), vals in sorted(cells.items()):
+        flops, params = LAMBDA_MODELS[model]
+        rows.append(dict(model=model, batch_size=b, cluster=f"1x{gpu}:{n}" if n > 1 else f"1x{gpu}", ps=0,
+                         sync="sync", throughput=round(statistics.median(vals), 3), flops_per_sample=round(flops),
+                         param_count=params, precision=prec, source="lambda-dl-benchmark"))
+    return rows
+
+
+def write(rows: list[dict], path: str) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in COLUMNS})
+    print(f"wrote {len(rows)} rows to {path}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p.add_argument("--data", default=os.path.join(here, "..", "shared", "data"))
+    p.add_argument("--out", default=os.path.join(here, "spottrain", "data", "measurements"))
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    write(cmdare_rows(a.data), os.path.join(a.out, "cmdare.csv"))
+    write(transient_rows(a.data), os.path.join(a.out, "transient_dl.csv"))
+    write(lambda_rows(a.data), os.path.join(a.out, "lambda.csv"))
+
+
+if __name__ == "__main__":
+    main()
