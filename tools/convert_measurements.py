@@ -19,7 +19,8 @@ Assumptions (also written in spottrain/data/measurements/SOURCE.md):
   (ResNet-32 with 32/64/128 filters: 1.66 GFLOPs = about 3x its forward FLOPs).
 * A steady-state rate is the median over the reported intervals after dropping the first 10 %
   (warm-up). Runs with revocations (spot clusters) are not used for cluster sizes.
-* Lambda: per-GPU batch sizes come from the matching ``-bs-`` table; FLOPs per sample are
+* Lambda: per-GPU batch size = the matching ``-bs-`` table's cell / num_gpu (the cells are the
+  machine's global batch: they double from 1 to 2 GPUs); FLOPs per sample are
   published estimates (ResNet-50 at 224x224: 4.1 GMAC forward; BERT on SQuAD at sequence
   length 384, FLOPs = 2 x non-embedding parameters per token plus attention), times 3 for
   forward + backward. Only models whose unit is samples (images or sequences) per second are kept.
@@ -194,7 +195,8 @@ def lambda_rows(data: str) -> list[dict]:
                 for model in LAMBDA_MODELS:
                     v, b = r.get(model), bs[r["name_gpu"]].get(model)
                     if v and b and float(v) > 0 and float(b) > 0:
-                        cells[(model, int(float(b)), gpu, n, prec)].append(float(v))
+                        # The -bs- tables give the global batch of the machine (it scales with num_gpu).
+                        cells[(model, max(1, round(float(b) / n)), gpu, n, prec)].append(float(v))
     rows = []
     for (model, b, gpu, n, prec), vals in sorted(cells.items()):
         flops, params = LAMBDA_MODELS[model]

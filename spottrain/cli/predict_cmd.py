@@ -1,9 +1,178 @@
-"""`spottrain predict`: registered in :mod:`spottrain.cli.main`."""
+"""`spottrain predict` and `spottrain validate`: cluster throughput from the performance model."""
 
 from __future__ import annotations
 
+import json
+import warnings
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from spottrain.errors import InputError
+
+err = Console(stderr=True)
+
+
+def _fit(measurements: Path | None, *, folds: int = 5):
+    """The model fitted on a user table (with the shipped calibration as prior), or the shipped one."""
+    from spottrain.perf import ThroughputModel, default_model, read_measurements
+
+    with err.status("calibrating the performance model ...", spinner="dots"):
+        base = default_model()
+        if measurements is None:
+            return base
+        rows = read_measurements(measurements)
+        return ThroughputModel(prior=base, folds=folds if len(rows) >= 10 else 0).fit(rows)
+
+
+def predict(
+    measurements: Annotated[Path | None, typer.Option(help="Measurement table to fit on (default: shipped real tables).")] = None,
+    queries: Annotated[Path | None, typer.Option(help="Query table (same columns, throughput empty) to predict.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the queries with predictions to this CSV.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    profile: Annotated[Path | None, typer.Option(help="A profile JSON written by `spottrain profile`.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="A zoo model name instead of a profile.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Per-GPU batch size (default: the profile's / zoo default).")] = None,
+    cluster: Annotated[str | None, typer.Option(help="Cluster, e.g. 4xV100, 1xV100+2xK80, 2xA100:8, 4xp3.2xlarge.")] = None,
+    ps: Annotated[int, typer.Option(help="Parameter servers (0 = ring all-reduce).")] = 0,
+    sync: Annotated[str, typer.Option(help="sync or async.")] = "sync",
+    network_gbps: Annotated[float | None, typer.Option(help="Per-node network bandwidth (default: the GPU's usual instance).")] = None,
+    precision: Annotated[str, typer.Option(help="fp32 or fp16 (mixed precision) for --model.")] = "fp32",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
+) -> None:
+    """Predict training throughput (samples/s) of a cluster, with interval and bottleneck.
+
+    Examples:
+      spottrain predict --model resnet50 --batch-size 64 --cluster 4xV100 --ps 1 --sync async
+      spottrain predict --measurements M.csv --queries Q.csv --out P.csv
+    """
+    from spottrain.perf import Workload, predict_throughput, read_measurements, write_measurements
+    from spottrain.perf.throughput import ExtrapolationWarning
+
+    if queries is not None:
+        if out is not None and out.exists() and not force:
+            raise InputError("exists; pass --force to overwrite", file=str(out), column="--out")
+        qrows = read_measurements(queries, query=True)
+        fitted = _fit(measurements)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExtrapolationWarning)
+            preds = fitted.predict(qrows)
+        cols = {"throughput_pred": [round(p.throughput, 3) for p in preds],
+                "throughput_low": [round(p.low, 3) for p in preds],
+                "throughput_high": [round(p.high, 3) for p in preds],
+                "bottleneck": [p.bottleneck for p in preds]}
+        if out is not None:
+            write_measurements(qrows, out, extra_columns=cols)
+        if as_json:
+            print(json.dumps([{"model": q.model, "cluster": str(q.cluster), "ps": q.ps, "sync": q.sync, **p.to_dict()}
+                              for q, p in zip(qrows, preds)], indent=1))
+            return
+        _table(qrows, preds, title=f"{len(preds)} prediction(s)" + (f", written to {out}" if out else ""))
+        return
+    if cluster is None:
+        raise InputError("give --cluster (with --profile or --model), or --queries", column="--cluster")
+    if (profile is None) == (model is None):
+        raise InputError("give exactly one of --profile or --model", column="--profile")
+    if precision not in ("fp32", "fp16"):
+        raise InputError(f"expected fp32 or fp16, got {precision!r}", column="--precision")
+    if profile is not None:
+        if not profile.is_file():
+            raise InputError("file not found", file=str(profile))
+        try:
+            data = json.loads(profile.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON: {exc.msg}", file=str(profile), line=exc.lineno) from None
+        workload = Workload.from_profile(data, batch_size)
+    else:
+        workload = Workload.from_zoo(model, batch_size, precision=precision)
+    fitted = _fit(measurements)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ExtrapolationWarning)
+        pred = predict_throughput(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=fitted)
+    if as_json:
+        print(json.dumps({"model": workload.model, "batch_size": workload.batch_size, "cluster": cluster, "ps": ps,
+                          "sync": sync, **pred.to_dict()}, indent=1))
+        return
+    for w in caught:
+        err.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+    console = Console()
+    t = Table(box=box.SIMPLE_HEAD, title=f"{workload.model}, batch {workload.batch_size}/GPU on {cluster}"
+              f" ({'ps=' + str(ps) + ', ' + sync if ps else 'all-reduce, ' + sync})")
+    for c in ("samples/s", "90% interval", "step time", "bottleneck"):
+        t.add_column(c, justify="right")
+    t.add_row(f"{pred.throughput:,.1f}", f"{pred.low:,.1f} - {pred.high:,.1f}", f"{pred.iteration_time_s * 1000:.1f} ms",
+              pred.bottleneck + (" (extrapolated)" if pred.extrapolated else ""))
+    console.print(t)
+
+
+def _table(rows, preds, title: str) -> None:
+    console = Console()
+    t = Table(box=box.SIMPLE_HEAD, title=title)
+    for c in ("model", "batch", "cluster", "ps", "sync", "measured", "predicted", "interval", "bottleneck"):
+        t.add_column(c, justify="left" if c in ("model", "cluster", "sync", "bottleneck") else "right")
+    for r, p in zip(rows, preds):
+        t.add_row(r.model, str(r.batch_size), str(r.cluster), str(r.ps), r.sync,
+                  "-" if r.throughput is None else f"{r.throughput:,.1f}", f"{p.throughput:,.1f}",
+                  f"{p.low:,.0f}-{p.high:,.0f}", p.bottleneck + ("*" if p.extrapolated else ""))
+    console.print(t)
+
+
+def validate(
+    measurements: Annotated[Path, typer.Option(help="Measurement table to cross-validate on.")],
+    folds: Annotated[int, typer.Option(help="Number of cross-validation folds.")] = 5,
+    group_by: Annotated[str, typer.Option(help="Group rows by model, gpu, cluster, ps or sync in the table.")] = "model",
+    prior: Annotated[str, typer.Option(help="'shipped' (calibration on the real tables as prior) or 'physics'.")] = "shipped",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
+) -> None:
+    """Cross-validated MAPE of the throughput model on a measurement table, per group.
+
+    Example: spottrain validate --measurements M.csv --folds 5 --group-by gpu
+    """
+    from spottrain.perf import ThroughputModel, default_model, read_measurements
+    from spottrain.perf.validation import cross_validate
+
+    groupers = {"model": lambda m: m.model, "gpu": lambda m: "+".join(sorted({g.gpu for g in m.cluster.groups})),
+                "cluster": lambda m: str(m.cluster), "ps": lambda m: f"ps={m.ps}", "sync": lambda m: m.sync}
+    if group_by not in groupers:
+        raise InputError(f"expected one of {', '.join(groupers)}, got {group_by!r}", column="--group-by")
+    if folds < 2:
+        raise InputError(f"expected at least 2 folds, got {folds}", column="--folds")
+    if prior not in ("shipped", "physics"):
+        raise InputError(f"expected 'shipped' or 'physics', got {prior!r}", column="--prior")
+    rows = read_measurements(measurements)
+    if len(rows) < folds:
+        raise InputError(f"{len(rows)} rows cannot be split into {folds} folds; lower --folds", column="--folds")
+    with err.status("fitting the shipped calibration ...", spinner="dots"):
+        base = default_model() if prior == "shipped" else "physics"
+    from rich.progress import Progress
+
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("cross-validating", total=folds)
+
+        def make():
+            bar.advance(task)
+            return ThroughputModel(prior=base, folds=0, correction="none")
+
+        res = cross_validate(rows, make, folds=folds, group_of=groupers[group_by])
+    if as_json:
+        print(json.dumps({"folds": folds, "rows": len(rows), "mape": res["mape"],
+                          "groups": {g: {"rows": n, "mape": v} for g, (n, v) in res["groups"].items()}}, indent=1))
+        return
+    t = Table(box=box.SIMPLE_HEAD, title=f"{folds}-fold cross-validated MAPE, {len(rows)} rows")
+    t.add_column(group_by)
+    t.add_column("rows", justify="right")
+    t.add_column("MAPE %", justify="right")
+    for g, (n, v) in res["groups"].items():
+        t.add_row(g, str(n), f"{v:.1f}")
+    t.add_row("[bold]all[/]", str(len(rows)), f"[bold]{res['mape']:.1f}[/]")
+    Console().print(t)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app (filled in by the predict capability)."""
+    """Add `predict` and `validate` to the app."""
+    app.command()(predict)
+    app.command()(validate)

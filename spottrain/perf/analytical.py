@@ -6,8 +6,9 @@ Per GPU of type g and a model m at per-GPU batch b (samples) and F FLOPs per sam
     log e  = c0 + w_bw * log(BW / P_eff / 0.05 B/FLOP) + w_size * (log(b F) - 26) + e_g + e_m
     t_comp = tau + b F / (P_eff * e)                     (e: achieved fraction; roofline via w_bw)
 
-e_g and e_m are per-GPU and per-model deviations fitted with a ridge prior (0 when unseen), so an
-unseen GPU is predicted from its peak FLOPS and memory bandwidth and an unseen model from its FLOPs.
+e_g and e_m are per-GPU and per-model deviations, plus a smaller per-(GPU, model) interaction,
+fitted with a ridge prior (0 when unseen), so an unseen GPU is predicted from its peak FLOPS and
+memory bandwidth and an unseen model from its FLOPs.
 
 Communication of S gradient bytes (fp32: 4 x parameters):
 
@@ -19,7 +20,8 @@ Communication of S gradient bytes (fp32: 4 x parameters):
   with ``B_wk = P B_ps/N + (1-P) B_req`` when the worker's link B_req exceeds its fair share
   ``B_ps/N``, else ``B_req``; ``P = min(alpha sqrt(N) + beta, 1)``; k servers give
   ``B_ps = B_ps1 * k ** kappa``. Async: the cluster's steps/s is the sum of the workers' rates,
-  capped by the servers' capacity ``B_ps / (2 S)``; sync: the slowest worker sets the pace.
+  capped by the servers' capacity ``k ** kappa / (lat + 2 S / B_ps1)`` (a per-update cost plus
+  the bytes); sync: the slowest worker sets the pace.
 
 Everything is vectorised over rows (and groups within a row) for fitting; :func:`predict_one`
 is the scalar fast path the planner calls.
@@ -33,13 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 
 GLOBALS = ("c0", "w_bw", "lam16", "lam_tf32", "log_tau", "log_bps", "kappa", "alpha", "beta",
-           "log_net_eff", "log_link_eff", "phi", "w_size")
+           "log_net_eff", "log_link_eff", "phi", "w_size", "log_ps_lat")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     "c0": (math.log(0.35), 1.0), "w_bw": (0.3, 0.3), "lam16": (0.35, 0.3), "lam_tf32": (0.3, 0.3),
     "log_tau": (math.log(0.003), 1.5), "log_bps": (math.log(0.7), 1.0), "kappa": (0.85, 0.3),
     "alpha": (0.1, 0.3), "beta": (0.6, 0.3), "log_net_eff": (math.log(0.6), 0.5),
     "log_link_eff": (math.log(0.6), 0.5), "phi": (0.5, 0.3), "w_size": (0.0, 0.2),
+    "log_ps_lat": (math.log(0.002), 1.0),
 }
 BW_REF = math.log(0.05 * 1000.0)  # 0.05 bytes/FLOP with BW in GB/s and P in TFLOPS
 SIZE_REF = 26.0  # log(b F) of ResNet-32 at batch 128
@@ -62,6 +65,7 @@ class Encoded:
     asyn: np.ndarray  # (R,) bool
     gidx: np.ndarray  # (R, K) GPU-effect index (-1 = unseen)
     midx: np.ndarray  # (R,) model-effect index (-1 = unseen)
+    iidx: np.ndarray  # (R, K) GPU x model interaction index (-1 = unseen)
 
 
 @dataclass
@@ -81,7 +85,7 @@ def _clip01(x):
 
 
 def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, devs: DeviceTable,
-             detail: bool = False):
+             detail: bool = False, e_i: np.ndarray | None = None):
     """Predicted cluster throughput (samples/s) of every encoded row (and the parts, if ``detail``)."""
     g = {n: theta[i] for i, n in enumerate(GLOBALS)}
     d = enc.dev
@@ -92,7 +96,9 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     work = enc.b * enc.flops  # FLOPs per GPU per step
     ge = np.where(enc.gidx >= 0, e_g[np.maximum(enc.gidx, 0)] if e_g.size else 0.0, 0.0)
     me = np.where(enc.midx >= 0, e_m[np.maximum(enc.midx, 0)] if e_m.size else 0.0, 0.0)
-    logeff = (g["c0"] + g["w_bw"] * (devs.log_bw[d] - lpeff - BW_REF) + g["w_size"] * (np.log(work) - SIZE_REF)[:, None]
+    ie = (np.where(enc.iidx >= 0, e_i[np.maximum(enc.iidx, 0)], 0.0)
+          if e_i is not None and e_i.size else 0.0)
+    logeff = ie + (g["c0"] + g["w_bw"] * (devs.log_bw[d] - lpeff - BW_REF) + g["w_size"] * (np.log(work) - SIZE_REF)[:, None]
               + ge + me[:, None])
     t_comp = math.exp(g["log_tau"]) + work[:, None] / np.exp(lpeff + logeff + math.log(1e12))
     present = enc.cnt > 0
@@ -122,7 +128,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_ps = 2.0 * S / b_wk + t_intra
     T_w = t_comp + t_ps
     steps = np.where(present, enc.cnt / T_w, 0.0).sum(axis=1)
-    cap = bps / (2.0 * enc.grad)
+    cap = k ** g["kappa"] / (math.exp(g["log_ps_lat"]) + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9))
     scale = np.minimum(1.0, cap / steps)
     x_async = np.where(present, enc.cnt * G / T_w, 0.0).sum(axis=1) * enc.b * scale
     T_sync = np.where(present, T_w, 0.0).max(axis=1)
