@@ -211,3 +211,24 @@ def test_schema_round_trip_and_refusals(tmp_path):
 def test_phase_timing_quantiles():
     t = PhaseTiming.from_samples([1.0, 2.0, 3.0, 4.0, 5.0])
     assert (t.median_s, t.p25_s, t.p75_s, t.iqr_s) == (3.0, 2.0, 4.0, 2.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_profile_measures_peak_memory_and_same_flops():
+    cpu = prof.profile_zoo("resnet32", 8, **QUICK)
+    for precision in ("fp32", "amp"):
+        p = prof.profile_zoo("resnet32", 8, device="cuda", precision=precision, **QUICK)
+        assert p.device["kind"] == "cuda" and p.memory["peak_bytes"] > p.memory["static_bytes"]
+        assert p.flops_per_sample_forward == pytest.approx(cpu.flops_per_sample_forward, rel=1e-6)
+    lstm = prof.profile_zoo("lstm-lm", 4, device="cuda", **QUICK)  # cuDNN RNN: counted with cuDNN off
+    assert lstm.flops_per_sample_forward == pytest.approx(prof.zoo.zoo_entry("lstm-lm").flops_per_sample_forward, rel=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_oom_searches_largest_batch():
+    with pytest.raises(prof.BatchSizeError) as err:
+        prof.profile_zoo("gpt2-small", 4096, device="cuda", **QUICK)
+    best = err.value.largest_fitting
+    assert 0 < best < 4096 and f"--batch-size {best}" in str(err.value)
