@@ -1,1 +1,16 @@
-"""spottrain.sim"""
+"""Trace-driven simulation of training jobs on revocable clusters.
+
+>>> from spottrain.sim import simulate                      # doctest: +SKIP
+>>> res = simulate(plan, trace="bamboo-aws-p3", runs=1000)   # doctest: +SKIP
+
+Modules: :mod:`~spottrain.sim.core` (discrete-event core), :mod:`~spottrain.sim.job` (the job
+model), :mod:`~spottrain.sim.sources` (trace replay, sampled lifetimes),
+:mod:`~spottrain.sim.baselines` (the literature's policies), :mod:`~spottrain.sim.montecarlo`,
+:mod:`~spottrain.sim.reproduce` (ICAC'19 reproduction), :mod:`~spottrain.sim.timeline`.
+"""
+
+from spottrain.sim import baselines  # noqa: F401  (registers the baseline policies)
+from spottrain.sim.job import RunResult, SimParams, SimSetup
+from spottrain.sim.montecarlo import PolicySummary, SimulationResult, simulate, timeline_run
+
+__all__ = ["PolicySummary", "RunResult", "SimParams", "SimSetup", "SimulationResult", "simulate", "timeline_run"]

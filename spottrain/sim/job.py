@@ -1,0 +1,613 @@
+"""A training job on a revocable cluster, as a discrete-event simulation.
+
+The job processes ``samples_total`` samples at the performance model's throughput for the
+current membership. What happens around it:
+
+- **Nodes** are requested in batches (the initial cluster is one batch; a policy decision is
+  one batch); a batch joins when all its nodes have booted (gang start). A spot node is granted
+  when the revocation source says the market has room (trace replay) or at once (sampled
+  lifetimes), bills from then on, boots (start-up / replacement delay) and joins.
+- **Revocations** arrive at the time the source gives (GCP: at most 24 h after the grant), with a
+  preemption **notice** ``NOTICE_S[cloud]`` seconds before (AWS 120 s, GCP 30 s). The policy is
+  asked at every notice, revocation, join, price change and periodic tick (for policies that
+  use ticks) and answers with a :class:`~spottrain.policies.Decision`.
+- **Synchronous training** (``sync``, and the chief of async PS training): losing a node rolls
+  progress back to the last durable checkpoint (lost work) and stalls ``restart_s`` (detection,
+  re-forming the group, restore). A planned membership change (a join, a release) first
+  checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
+  **Asynchronous PS training**: losing a non-chief worker only lowers throughput; a joining
+  worker starts pulling parameters at once.
+- **Checkpoints** every ``checkpoint_interval_s`` seconds of training (the plan's interval)
+  stall the job ``checkpoint_cost_s``; a checkpoint interrupted by a revocation does not count.
+  A policy may checkpoint on a notice (emergency checkpoint): it survives if it completes before
+  the revocation.
+- **Cost**: every granted node bills its current price until it is revoked or released or the
+  job ends.
+- An empty cluster with nothing requested relaunches the plan's cluster (what a user would do);
+  runs that have not finished by the horizon count as unfinished (deadline missed).
+
+Everything random is drawn from one ``numpy.random.Generator``: a run is deterministic given
+its seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spottrain.plan import Plan
+from spottrain.policies import Decision, JobState, NodeOption, NodeView, Policy, get_policy
+from spottrain.sim import _deps
+from spottrain.sim.core import Environment, Interrupt
+
+INF = math.inf
+TICK_POLICIES = {"uniform-progress"}
+"""Policies that look at periodic ticks; the others are asked only on real events."""
+
+
+def canonical(gpu: str) -> str:
+    try:
+        from spottrain.catalog import canonical_gpu
+
+        return canonical_gpu(gpu)
+    except Exception:
+        return gpu.strip().upper()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimParams:
+    """Knobs of the job model (defaults documented in docs/simulate.md)."""
+
+    checkpoint_cost_s: float | None = None
+    """Stall of one checkpoint; None: ``plan.extra['checkpoint_cost_s']`` or estimated from the model size."""
+    restart_s: float | None = None
+    """Stall to re-form the group and restore after a membership change; None: 60 s + checkpoint cost."""
+    tick_s: float = 300.0
+    """Period of policy ticks (only for policies in :data:`TICK_POLICIES`)."""
+    horizon_s: float | None = None
+    """Give up after this much simulated time; None: 5x the plan's duration (at least 2 days)."""
+    fail_on_chief_loss: bool = False
+    """Stop the run (failed) when the chief is revoked (the behaviour of the ICAC'19 clusters)."""
+    relaunch_when_empty: bool = True
+    checkpoint_factor: float = 1.0
+    """Share of the checkpoint cost that stalls training (asynchronous checkpointing: < 1)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeType:
+    cloud: str
+    instance_type: str
+    gpu: str
+    gpus_per_node: int
+    spot: bool
+    zone: str | None
+    price_usd_per_hour: float
+    weight: float
+    """Relative speed of one node (sum of its GPUs' peak FLOPS)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    makespan_s: float
+    cost_usd: float
+    finished: bool
+    deadline_met: bool | None
+    revocations: int
+    lost_work_s: float
+    """Work rolled back, in seconds of the planned cluster's throughput."""
+    checkpoints: int
+    replacements: int
+    stall_s: float
+    """Time the job spent checkpointing, restarting or waiting for nodes."""
+    switched_on_demand: bool
+    failed: bool
+    timeline: dict[str, Any] | None = None
+
+
+class _Node:
+    __slots__ = ("id", "type", "slot", "acq", "revoke_at", "booted", "joined", "gone", "batch", "view")
+
+    def __init__(self, nid: str, ntype: NodeType, batch: "_Batch") -> None:
+        self.id, self.type, self.batch = nid, ntype, batch
+        self.slot = -1
+        self.acq = INF
+        self.revoke_at = INF
+        self.booted = self.joined = self.gone = False
+        self.view: NodeView | None = None
+
+
+class _Batch:
+    __slots__ = ("nodes", "initial")
+
+    def __init__(self, initial: bool = False) -> None:
+        self.nodes: list[_Node] = []
+        self.initial = initial
+
+
+@dataclass
+class SimSetup:
+    """Everything shared by all runs of one (plan, policy, revocation source)."""
+
+    plan: Plan
+    policy_name: str
+    source: Any
+    params: SimParams = field(default_factory=SimParams)
+
+    def __post_init__(self) -> None:
+        plan, p = self.plan, self.params
+        self.policy: Policy = get_policy(self.policy_name)
+        self.ticks = self.policy_name in TICK_POLICIES
+        self.throughput, self.throughput_desc = _deps.throughput_function(plan)
+        w = plan.workload
+        ckpt = p.checkpoint_cost_s
+        if ckpt is None:
+            ckpt = plan.extra.get("checkpoint_cost_s")
+        if ckpt is None:
+            # weights + optimizer state (~3x fp32 params) written at ~100 MB/s, plus a fixed 5 s
+            ckpt = 5.0 + 12.0 * w.param_count / 100e6
+        self.checkpoint_cost_s = float(ckpt) * p.checkpoint_factor
+        self.restart_s = float(p.restart_s if p.restart_s is not None else 60.0 + self.checkpoint_cost_s)
+        self.interval_s = max(float(plan.checkpoint_interval_s or 0.0), 1.0) if plan.checkpoint_interval_s else INF
+        self.sync = plan.sync != "async"
+        self.total = float(w.samples_total)
+        self.planned_tp = plan.prediction.throughput_samples_per_s
+        self.horizon_s = float(p.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0))
+        # node types: the plan's groups, and the on-demand version of each
+        self.types: dict[tuple[str, bool, str | None], NodeType] = {}
+        self.planned_types: list[NodeType] = []
+        self.fallback_types: list[NodeType] = []
+        for g in plan.groups:
+            t = self._type(g.cloud, g.instance_type, g.gpu, g.gpus_per_node, g.spot, g.zone, g.price_usd_per_hour)
+            od = self._type(g.cloud, g.instance_type, g.gpu, g.gpus_per_node, False, g.zone, g.on_demand_price_usd_per_hour)
+            self.planned_types += [t] * g.count
+            self.fallback_types += [od] * g.count
+        self.spot_nodes = sum(1 for t in self.planned_types if t.spot)
+        tp_per_weight = self.planned_tp / max(sum(t.weight for t in self.planned_types), 1e-12)
+        # policies see effective throughput: net of the periodic checkpoint stalls
+        if self.interval_s < INF:
+            tp_per_weight *= self.interval_s / (self.interval_s + self.checkpoint_cost_s)
+        self.planned_views = tuple(
+            NodeView(node_id=f"plan{i}", instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
+                     price_usd_per_hour=t.price_usd_per_hour, throughput=t.weight * tp_per_weight)
+            for i, t in enumerate(self.planned_types)
+        )
+        self.options = tuple(self._option(t, tp_per_weight) for t in self.types.values())
+        self.od_fallback = tuple(self._option(t, tp_per_weight) for t in self.fallback_types)
+
+    def _type(self, cloud, itype, gpu, gpn, spot, zone, price) -> NodeType:
+        key = (itype, spot, zone)
+        if key not in self.types:
+            self.types[key] = NodeType(cloud=cloud, instance_type=itype, gpu=canonical(gpu), gpus_per_node=gpn,
+                                       spot=spot, zone=zone, price_usd_per_hour=float(price),
+                                       weight=_deps.gpu_weight(gpu) * gpn)
+        return self.types[key]
+
+    def _option(self, t: NodeType, tp_per_weight: float) -> NodeOption:
+        return NodeOption(instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
+                          price_usd_per_hour=t.price_usd_per_hour, throughput=t.weight * tp_per_weight,
+                          delay_s=_deps.startup_s(t.cloud) + self.restart_s,
+                          p_available=getattr(self.source, "mean_up_fraction", 1.0) if t.spot else 1.0)
+
+    def type_for(self, option: NodeOption) -> NodeType:
+        t = self.types.get((option.instance_type, option.spot, option.zone))
+        if t is not None:
+            return t
+        same = next((x for x in self.types.values() if x.instance_type == option.instance_type), None)
+        return self._type(same.cloud if same else "aws", option.instance_type, option.gpu,
+                          same.gpus_per_node if same else 1, option.spot, option.zone, option.price_usd_per_hour)
+
+    def run(self, seed: int, *, record: bool = False) -> RunResult:
+        return JobRun(self, seed, record=record).run()
+
+
+class JobRun:
+    """One simulated run of the job (see the module docstring for the model)."""
+
+    def __init__(self, setup: SimSetup, seed: int, *, record: bool = False) -> None:
+        self.s = setup
+        self.rng = np.random.default_rng(seed)
+        self.rev = setup.source.for_run(self.rng)
+        self.env = Environment()
+        self.live: dict[str, _Node] = {}
+        self.pending: list[_Node] = []
+        self.billed: dict[str, _Node] = {}
+        self.free_slots: list[int] = list(range(max(setup.spot_nodes, 1)))
+        self._next_id = 0
+        self.rate = 0.0
+        self.progress = self.durable = 0.0
+        self.train_since: float | None = None
+        self.stall_until = 0.0
+        self.pending_ckpt: float | None = None
+        self.since_ckpt = 0.0
+        self.cost = 0.0
+        self.cost_rate = 0.0
+        self.cost_since = 0.0
+        self.chief: str | None = None
+        self.done = self.env.event()
+        self.finished = self.failed = self.switched = False
+        self.revocations = self.checkpoints = self.replacements = 0
+        self.lost = 0.0
+        self.stall_s = 0.0
+        self._views: tuple[NodeView, ...] | None = None
+        self._wake_pending = False
+        self._queues: dict[str, list[_Node]] = {"boot": [], "notice": [], "revoke": []}
+        self._flushers = {"boot": self._flush_boots, "notice": self._flush_notices, "revoke": self._flush_revocations}
+        self.tl: dict[str, list] | None = (
+            {"membership": [(0.0, 0)], "progress": [(0.0, 0.0)], "checkpoints": [], "revocations": [],
+             "joins": [], "notices": [], "decisions": []} if record else None
+        )
+
+    # ------------------------------------------------------------ accounting
+    def _account(self) -> None:
+        if self.train_since is not None:
+            now = self.env.now
+            dt = now - self.train_since
+            self.progress += self.rate * dt
+            self.since_ckpt += dt
+            self.train_since = now
+
+    def _bill(self) -> None:
+        now = self.env.now
+        self.cost += self.cost_rate * (now - self.cost_since)
+        self.cost_since = now
+
+    def _set_rate(self) -> None:
+        key = _deps.membership_key((n.type.gpu, n.type.gpus_per_node, 1) for n in self.live.values())
+        self.rate = self.s.throughput(key)
+        self._views = None
+        if self.tl is not None:
+            self.tl["membership"].append((self.env.now, len(self.live)))
+
+    def _mark(self) -> None:
+        if self.tl is not None:
+            self.tl["progress"].append((self.env.now, self.progress))
+
+    def _wake(self) -> None:
+        if not self._wake_pending and self.trainer.is_alive:
+            self._wake_pending = True
+            self.trainer.interrupt("wake")
+
+    # ------------------------------------------------------------ the trainer process
+    def _trainer(self):
+        env, s = self.env, self.s
+        while True:
+            try:
+                self._wake_pending = False
+                now = env.now
+                if self.stall_until > now + 1e-9:
+                    self.train_since = None
+                    t0 = now
+                    try:
+                        yield env.timeout(self.stall_until - now)
+                    finally:
+                        self.stall_s += env.now - t0
+                    self._end_stall()
+                    continue
+                self._end_stall()
+                if self.rate <= 0.0:
+                    self.train_since = None
+                    t0 = now
+                    try:
+                        yield env.event()  # until a join wakes us
+                    finally:
+                        self.stall_s += env.now - t0
+                    continue
+                self.train_since = now
+                dt_finish = max(s.total - self.progress, 0.0) / self.rate
+                dt_ckpt = s.interval_s - self.since_ckpt
+                if dt_finish <= dt_ckpt:
+                    yield env.timeout(dt_finish)
+                    self._account()
+                    self.progress = max(self.progress, s.total)
+                    self._finish(True)
+                    return
+                yield env.timeout(max(dt_ckpt, 0.0))
+                self._account()
+                self._begin_checkpoint()
+            except Interrupt:
+                self._account()
+
+    def _begin_checkpoint(self) -> None:
+        self._account()
+        self.train_since = None
+        self.pending_ckpt = self.progress
+        self.since_ckpt = 0.0
+        self.stall_until = max(self.stall_until, self.env.now + self.s.checkpoint_cost_s)
+        self._mark()
+
+    def _end_stall(self) -> None:
+        if self.pending_ckpt is not None and self.env.now >= self.stall_until - 1e-9:
+            self.durable = self.pending_ckpt
+            self.pending_ckpt = None
+            self.checkpoints += 1
+            if self.tl is not None:
+                self.tl["checkpoints"].append((self.env.now, self.durable))
+
+    def _finish(self, ok: bool) -> None:
+        if self.done.triggered:
+            return
+        self._bill()
+        self.cost_rate = 0.0
+        self.finished = ok
+        self._mark()
+        self.done.succeed()
+
+    # ------------------------------------------------------------ nodes
+    def _request(self, types: list[NodeType], *, initial: bool = False) -> None:
+        batch = _Batch(initial)
+        for t in types:
+            node = _Node(f"n{self._next_id}", t, batch)
+            self._next_id += 1
+            batch.nodes.append(node)
+            self.pending.append(node)
+            self._acquire(node)
+
+    def _acquire(self, node: _Node) -> None:
+        now = self.env.now
+        t = node.type
+        if t.spot:
+            node.slot = self.free_slots.pop(0) if self.free_slots else self.s.spot_nodes
+            node.acq = self.rev.acquire_time(now, node.slot)
+            delay = self._delay(t)
+        else:
+            node.acq = now
+            delay = _deps.startup_s(t.cloud)
+        if node.acq == INF or node.acq > self.s.horizon_s:
+            return
+        self.env.call_at(node.acq, lambda: self._granted(node, delay))
+
+    def _delay(self, t: NodeType) -> float:
+        if self.rev.kind == "trace":
+            return _deps.startup_s(t.cloud)
+        if not hasattr(self, "_delay_pool"):
+            self._delay_pool: dict[tuple[str, str], tuple[Any, list[float]]] = {}
+        key = (t.cloud, t.gpu)
+        if key not in self._delay_pool:
+            self._delay_pool[key] = (_deps.replacement_sampler(t.cloud, t.gpu, True)[0], [])
+        fn, pool = self._delay_pool[key]
+        if not pool:
+            pool.extend(fn(32, self.rng).tolist())
+        return float(pool.pop())
+
+    def _granted(self, node: _Node, delay: float) -> None:
+        if node.gone or self.done.triggered:
+            return
+        now = self.env.now
+        self._bill()
+        self.billed[node.id] = node
+        self.cost_rate += node.type.price_usd_per_hour / 3600.0
+        if node.type.spot:
+            rv = self.rev.revoke_time(now, node.slot)
+            if node.type.cloud == "gcp":
+                rv = min(rv, now + _deps.GCP_CAP_S)
+            node.revoke_at = max(rv, now)
+            if rv < INF:
+                notice = _deps.NOTICE_S.get(node.type.cloud, 30.0)
+                if rv - notice > now + delay:
+                    self.env.call_at(rv - notice, lambda: self._defer("notice", node))
+                self.env.call_at(node.revoke_at, lambda: self._defer("revoke", node))
+        self.env.call_at(now + delay, lambda: self._defer("boot", node))
+
+    def _defer(self, kind: str, node: _Node) -> None:
+        """Queue a node event; all events of one kind at one instant are handled together."""
+        q = self._queues[kind]
+        q.append(node)
+        if len(q) == 1:
+            self.env.call_at(self.env.now, self._flushers[kind], priority=2)
+
+    def _take(self, kind: str) -> list[_Node]:
+        q = self._queues[kind]
+        self._queues[kind] = []
+        return [n for n in q if not n.gone] if not self.done.triggered else []
+
+    def _flush_boots(self) -> None:
+        ready: list[_Node] = []
+        initial = False
+        for node in self._take("boot"):
+            node.booted = True
+            batch = node.batch
+            if all(n.booted or n.gone for n in batch.nodes):
+                fresh = [n for n in batch.nodes if not n.gone and not n.joined and n not in ready]
+                ready += fresh
+                initial |= batch.initial
+        if ready:
+            self._join(ready, initial=initial)
+
+    def _join(self, nodes: list[_Node], *, initial: bool) -> None:
+        self._account()
+        had = bool(self.live)
+        for n in nodes:
+            n.joined = True
+            self.live[n.id] = n
+        pend = set(id(n) for n in nodes)
+        self.pending = [n for n in self.pending if id(n) not in pend]
+        if self.chief is None:
+            self.chief = nodes[0].id
+        now = self.env.now
+        if self.tl is not None:
+            self.tl["joins"].append((now, len(nodes)))
+        if not initial:
+            self.replacements += len(nodes)
+            if self.s.sync and had:
+                if self.train_since is not None:  # planned change: checkpoint, then restart
+                    self._begin_checkpoint()
+                    self.stall_until += self.s.restart_s
+                else:
+                    self.stall_until = max(self.stall_until, now + self.s.restart_s)
+            elif not had:
+                self.train_since = None
+                self.stall_until = max(self.stall_until, now + self.s.restart_s)
+        self._set_rate()
+        self._decide("joined", nodes[0].id)
+        self._wake()
+
+    def _leave(self, node: _Node) -> None:
+        node.gone = True
+        if node.id in self.billed:
+            self._bill()
+            del self.billed[node.id]
+            self.cost_rate = max(self.cost_rate - node.type.price_usd_per_hour / 3600.0, 0.0)
+        if node.slot >= 0 and node.slot < self.s.spot_nodes:
+            self.free_slots.append(node.slot)
+            self.free_slots.sort()
+            node.slot = -1
+        if node in self.pending:
+            self.pending.remove(node)
+        self.live.pop(node.id, None)
+
+    def _flush_notices(self) -> None:
+        for node in self._take("notice"):
+            if node.joined and not node.gone and not self.done.triggered:
+                if self.tl is not None:
+                    self.tl["notices"].append((self.env.now, node.id))
+                self._decide("notice", node.id)
+
+    def _flush_revocations(self) -> None:
+        nodes = self._take("revoke")
+        if not nodes:
+            return
+        now = self.env.now
+        self.revocations += len(nodes)
+        if self.tl is not None:
+            self.tl["revocations"].extend((now, n.id) for n in nodes)
+        joined = []
+        for node in nodes:
+            if node.joined:
+                joined.append(node)
+                continue
+            # revoked while booting: give the slot back and try again
+            batch = node.batch
+            self._leave(node)
+            fresh = _Node(f"n{self._next_id}", node.type, batch)
+            self._next_id += 1
+            batch.nodes.append(fresh)
+            self.pending.append(fresh)
+            self._acquire(fresh)
+        if not joined:
+            return
+        self._account()
+        views = [self._view(n) for n in joined]
+        chief_lost = any(n.id == self.chief for n in joined)
+        for node in joined:
+            self._leave(node)
+        if chief_lost:
+            self.chief = next(iter(self.live), None)
+            if self.s.params.fail_on_chief_loss:
+                self.failed = True
+                self._finish(False)
+                return
+        if self.s.sync or chief_lost:
+            self.lost += max(self.progress - self.durable, 0.0)
+            self.progress = self.durable
+            self.pending_ckpt = None
+            self.train_since = None
+            self.stall_until = now + self.s.restart_s
+            self._mark()
+        self._set_rate()
+        for node, view in zip(joined, views):
+            self._decide("revoked", node.id, extra_view=view)
+        if not self.live and not self.pending and self.s.params.relaunch_when_empty:
+            self._request(list(self.s.planned_types))
+        self._wake()
+
+    # ------------------------------------------------------------ policy
+    def _view(self, node: _Node) -> NodeView:
+        if node.view is None:
+            t = node.type
+            node.view = NodeView(node_id=node.id, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
+                                 price_usd_per_hour=t.price_usd_per_hour, throughput=0.0)
+        return node.view
+
+    def _node_views(self) -> tuple[NodeView, ...]:
+        if self._views is None:
+            w = sum(n.type.weight for n in self.live.values()) or 1.0
+            self._views = tuple(
+                NodeView(node_id=n.id, instance_type=n.type.instance_type, gpu=n.type.gpu, spot=n.type.spot,
+                         zone=n.type.zone, price_usd_per_hour=n.type.price_usd_per_hour,
+                         throughput=self.rate * n.type.weight / w)
+                for n in self.live.values()
+            )
+        return self._views
+
+    def _decide(self, event: str, subject: str | None, extra_view: NodeView | None = None) -> None:
+        s = self.s
+        nodes = self._node_views()
+        planned = s.planned_views if extra_view is None else s.planned_views + (extra_view,)
+        state = JobState(
+            now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
+            pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
+            deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s, options=s.options,
+            on_demand_fallback=s.od_fallback,
+        )
+        decision = s.policy(state)
+        if decision != _NOTHING:
+            self._apply(decision)
+
+    def _apply(self, d: Decision) -> None:
+        if self.tl is not None and d.reason:
+            self.tl["decisions"].append((self.env.now, d.reason))
+        if d.switch_to_on_demand:
+            self.switched = True
+            for node in [n for n in self.pending if n.type.spot]:
+                self._leave(node)  # outstanding spot requests are cancelled
+        if d.checkpoint_now and self.train_since is not None:
+            self._begin_checkpoint()
+        if d.release:
+            self._account()
+            released_live = False
+            for nid in d.release:
+                node = self.live.get(nid) or next((n for n in self.pending if n.id == nid), None)
+                if node is None:
+                    continue
+                released_live |= node.joined
+                self._leave(node)
+            if released_live:
+                if self.pending_ckpt is not None:  # the checkpoint just taken survives the release
+                    self.durable = self.pending_ckpt
+                elif self.s.sync or not self.live:
+                    self.lost += max(self.progress - self.durable, 0.0)
+                    self.progress = self.durable
+                if self.live:
+                    self.stall_until = max(self.stall_until, self.env.now + self.s.restart_s)
+                self._set_rate()
+                self._wake()
+        if d.request:
+            self._request([self.s.type_for(o) for o in d.request])
+
+    # ------------------------------------------------------------ driver
+    def _ticker(self):
+        while True:
+            yield self.env.timeout(self.s.params.tick_s)
+            if self.done.triggered:
+                return
+            self._account()
+            self._decide("tick", None)
+
+    def run(self) -> RunResult:
+        env, s = self.env, self.s
+        self.trainer = env.process(self._trainer(), "trainer")
+        self._request(list(s.planned_types), initial=True)
+        if s.ticks:
+            env.process(self._ticker(), "ticker")
+        env.call_at(s.horizon_s, lambda: self._finish(False))
+        env.run(until=self.done)
+        makespan = env.now
+        deadline = s.plan.deadline_s
+        met = None if deadline is None else bool(self.finished and makespan <= deadline)
+        tl = None
+        if self.tl is not None:
+            tl = dict(self.tl)
+            tl.update(samples_total=s.total, planned_nodes=len(s.planned_types), makespan_s=makespan,
+                      deadline_s=deadline)
+        return RunResult(
+            makespan_s=makespan, cost_usd=self.cost, finished=self.finished, deadline_met=met,
+            revocations=self.revocations, lost_work_s=self.lost / max(s.planned_tp, 1e-12),
+            checkpoints=self.checkpoints, replacements=self.replacements, stall_s=self.stall_s,
+            switched_on_demand=self.switched, failed=self.failed, timeline=tl,
+        )
+
+
+_NOTHING = Decision()

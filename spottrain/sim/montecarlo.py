@@ -1,0 +1,195 @@
+"""Monte Carlo over many runs and several policies, with common random numbers.
+
+Run ``i`` of every policy uses the same seed (the same trace offset, the same sampled lifetimes
+where the policy does not change what is asked for), so that differences between policies are
+differences of the policies, not of luck. Runs are independent and spread over worker
+processes (fork) when there are many.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spottrain.errors import InputError
+from spottrain.plan import Plan
+from spottrain.policies import get_policy
+from spottrain.sim import baselines, sources
+from spottrain.sim.job import RunResult, SimParams, SimSetup
+
+DEFAULT_POLICIES = ("replace-same", "uniform-progress", "checkpoint-restart", "skypilot-managed", "on-demand")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Distribution:
+    mean: float
+    p50: float
+    p95: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Distribution":
+        a = np.asarray(values, dtype=float)
+        a = a[np.isfinite(a)]
+        if a.size == 0:
+            return cls(mean=math.nan, p50=math.nan, p95=math.nan)
+        return cls(mean=float(a.mean()), p50=float(np.percentile(a, 50)), p95=float(np.percentile(a, 95)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySummary:
+    policy: str
+    runs: int
+    makespan_h: Distribution
+    cost_usd: Distribution
+    deadline_met_rate: float | None
+    finished_rate: float
+    revocations: Distribution
+    lost_work_h: Distribution
+    replacements: Distribution
+    switched_on_demand_rate: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(kw_only=True)
+class SimulationResult:
+    plan_cluster: str
+    source: str
+    runs: int
+    seed: int
+    summaries: list[PolicySummary]
+    notes: list[str] = field(default_factory=list)
+    results: dict[str, list[RunResult]] = field(default_factory=dict, repr=False)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan_cluster": self.plan_cluster, "source": self.source, "runs": self.runs, "seed": self.seed,
+            "policies": [s.to_dict() for s in self.summaries], "notes": self.notes, "elapsed_s": self.elapsed_s,
+        }
+
+
+def summarize(policy: str, results: list[RunResult]) -> PolicySummary:
+    met = [r.deadline_met for r in results if r.deadline_met is not None]
+    return PolicySummary(
+        policy=policy, runs=len(results),
+        makespan_h=Distribution.of([r.makespan_s / 3600 for r in results if r.finished]),
+        cost_usd=Distribution.of([r.cost_usd for r in results]),
+        deadline_met_rate=(float(np.mean(met)) if met else None),
+        finished_rate=float(np.mean([r.finished for r in results])) if results else math.nan,
+        revocations=Distribution.of([r.revocations for r in results]),
+        lost_work_h=Distribution.of([r.lost_work_s / 3600 for r in results]),
+        replacements=Distribution.of([r.replacements for r in results]),
+        switched_on_demand_rate=float(np.mean([r.switched_on_demand for r in results])) if results else math.nan,
+    )
+
+
+def run_seed(seed: int, i: int) -> int:
+    """Seed of run ``i`` (the same for every policy: common random numbers)."""
+    return (seed * 1_000_003 + i) % (2**63)
+
+
+def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = None) -> SimSetup:
+    """The setup of one policy, after the policy's plan transform (baselines) if any."""
+    get_policy(policy)
+    params = params or SimParams()
+    transform = baselines.PLAN_TRANSFORMS.get(policy)
+    if transform is not None:
+        plan, overrides = transform(plan)
+        if overrides:
+            params = dataclasses.replace(params, **overrides)
+    return SimSetup(plan=plan, policy_name=policy, source=source, params=params)
+
+
+def make_source(plan: Plan, *, trace: str | None, model: bool, params: SimParams | None = None) -> Any:
+    if (trace is None) == (not model):
+        raise InputError("give either --trace NAME or --model fitted", column="--trace/--model")
+    params = params or SimParams()
+    horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
+    if trace is not None:
+        return sources.from_trace(trace, plan, horizon)
+    return sources.from_model(plan)
+
+
+_FORKED: dict[str, Any] = {}
+
+
+def _run_chunk(args: tuple[str, int, int, int]) -> list[RunResult]:
+    policy, seed, lo, hi = args
+    setup = _FORKED[policy]
+    return [setup.run(run_seed(seed, i)) for i in range(lo, hi)]
+
+
+def simulate(
+    plan: Plan, *, trace: str | None = None, model: bool = False, policies: Sequence[str] | None = None,
+    runs: int = 1000, seed: int = 0, params: SimParams | None = None, workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """Simulate ``runs`` runs of ``plan`` under each policy against a trace or the fitted model.
+
+    >>> res = simulate(plan, trace="bamboo-aws-p3", runs=100)   # doctest: +SKIP
+    >>> res.summaries[0].cost_usd.mean                          # doctest: +SKIP
+    """
+    import time
+
+    if runs <= 0:
+        raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
+    policies = list(policies or ([plan.policy] + [p for p in DEFAULT_POLICIES if p != plan.policy]))
+    for p in policies:
+        get_policy(p)
+    t0 = time.perf_counter()
+    source = make_source(plan, trace=trace, model=model, params=params)
+    setups = {p: make_setup(plan, p, source, params) for p in policies}
+    first = next(iter(setups.values()))
+    notes = [f"revocations: {source.description}", f"throughput: {first.throughput_desc}",
+             f"checkpoint cost {first.checkpoint_cost_s:.0f} s every {first.interval_s:.0f} s of training; "
+             f"restart {first.restart_s:.0f} s"]
+    workers = workers if workers is not None else (min(os.cpu_count() or 1, 4) if runs * len(policies) >= 400 else 1)
+    results: dict[str, list[RunResult]] = {}
+    if workers > 1:
+        import multiprocessing as mp
+
+        _FORKED.clear()
+        _FORKED.update(setups)
+        chunk = max(runs // (workers * 4), 1)
+        jobs = [(p, seed, lo, min(lo + chunk, runs)) for p in policies for lo in range(0, runs, chunk)]
+        ctx = mp.get_context("fork")
+        with ctx.Pool(workers) as pool:
+            out = pool.map(_run_chunk, jobs, chunksize=1) if progress is None else _mapped(pool, jobs, progress)
+        for (p, *_), res in zip(jobs, out):
+            results.setdefault(p, []).extend(res)
+        _FORKED.clear()
+    else:
+        for p, setup in setups.items():
+            rs = []
+            for i in range(runs):
+                rs.append(setup.run(run_seed(seed, i)))
+                if progress is not None:
+                    progress(1)
+            results[p] = rs
+    summaries = [summarize(p, results[p]) for p in policies]
+    return SimulationResult(plan_cluster=plan.cluster, source=source.description, runs=runs, seed=seed,
+                            summaries=summaries, notes=notes, results=results,
+                            elapsed_s=time.perf_counter() - t0)
+
+
+def _mapped(pool: Any, jobs: list, progress: Callable[[int], None]) -> list:
+    out = []
+    for (p, _s, lo, hi), res in zip(jobs, pool.imap(_run_chunk, jobs, chunksize=1)):
+        out.append(res)
+        progress(hi - lo)
+    return out
+
+
+def timeline_run(plan: Plan, *, trace: str | None, model: bool, policy: str, seed: int = 0,
+                 params: SimParams | None = None, run: int = 0) -> RunResult:
+    """One recorded run (for the timeline plot)."""
+    source = make_source(plan, trace=trace, model=model, params=params)
+    return make_setup(plan, policy, source, params).run(run_seed(seed, run), record=True)

@@ -1,0 +1,245 @@
+"""Where revocations come from: a replayed trace, or lifetimes sampled from a fitted model.
+
+Both answer two questions for a spot node that holds *slot* ``j`` of the job's spot nodes:
+
+- ``acquire_time(t, j)``: the earliest time >= ``t`` at which the cloud grants such a node;
+- ``revoke_time(t, j)``: when a node granted at ``t`` is revoked (``inf``: never, within the trace).
+
+**Trace replay (capacity mapping).** A trace is turned into a step function ``c(tau)``: the
+number of spot instances available or alive in a zone (availability / alive traces), or the
+number of nodes running (node traces of spot clusters). With ``K`` the trace's capacity and
+``N`` the job's spot nodes, slot ``j`` is up while ``c(tau) * N / K > j`` - so a 1-node trace
+revokes and grants the whole job at once (the "Can't Be Late" convention), and a 16-node trace
+maps node for node. Every run starts at a random offset into the trace (the trace is tiled so
+that a run may wrap around its end); revocations stay correlated across nodes as in reality.
+
+**Lifetime sampling.** Each node granted at ``t`` lives ``L ~ model.sample`` seconds (GCP: at
+most 24 h); replacements are granted at once (their delay is sampled by the job). Node traces
+of GCP preemptible VMs (independent lifetimes) are replayed this way, by bootstrap.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from spottrain.errors import InputError
+from spottrain.sim import _deps
+
+INF = math.inf
+
+
+class RunRevocations:
+    """The revocation process of one run (already offset / seeded)."""
+
+    kind = "base"
+
+    def acquire_time(self, t: float, slot: int) -> float:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def revoke_time(self, t: float, slot: int) -> float:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- trace capacity
+@dataclass
+class _Levels:
+    times: list[float]
+    down: list[int]
+    """down[i]: first index >= i whose capacity is at or below this level (len = never)."""
+    up: list[int]
+    """up[i]: first index >= i whose capacity is above this level."""
+
+
+class CapacityTrace:
+    """A trace prepared for fast replay (precomputed once, shared by all runs)."""
+
+    kind = "trace"
+
+    def __init__(self, name: str, times: np.ndarray, values: np.ndarray, capacity: float,
+                 duration_s: float, nodes: int, horizon_s: float, description: str) -> None:
+        if duration_s <= 0 or len(times) == 0:
+            raise InputError(f"trace {name} has no events to replay")
+        self.name, self.duration_s, self.nodes, self.capacity = name, float(duration_s), max(nodes, 1), float(capacity)
+        self.description = description
+        tiles = int(math.ceil((duration_s + horizon_s) / duration_s)) + 1
+        t = np.concatenate([times + k * duration_s for k in range(tiles)])
+        v = np.tile(values, tiles)
+        self._times = t.tolist()
+        n = len(t)
+        idx = np.arange(n)
+        self._levels: dict[int, _Levels] = {}
+        self._slot_level: list[int] = []
+        for j in range(self.nodes):
+            # slot j is up while c * N / K > j  <=>  c > j * K / N
+            thr = j * self.capacity / self.nodes
+            key = int(math.floor(thr * 1000 + 1e-9))
+            self._slot_level.append(key)
+            if key in self._levels:
+                continue
+            below = v <= thr + 1e-12
+            self._levels[key] = _Levels(
+                times=self._times,
+                down=_next_true(below, idx, n),
+                up=_next_true(~below, idx, n),
+            )
+        self.mean_up_fraction = float(np.mean(values > 0))
+
+    def for_run(self, rng: np.random.Generator) -> "TraceRun":
+        return TraceRun(self, float(rng.uniform(0.0, self.duration_s)))
+
+
+def _next_true(mask: np.ndarray, idx: np.ndarray, n: int) -> list[int]:
+    pos = np.where(mask, idx, n)
+    return np.minimum.accumulate(pos[::-1])[::-1].tolist()
+
+
+class TraceRun(RunRevocations):
+    kind = "trace"
+
+    def __init__(self, trace: CapacityTrace, offset_s: float) -> None:
+        self.trace, self.offset_s = trace, offset_s
+
+    def _lv(self, slot: int) -> _Levels:
+        tr = self.trace
+        return tr._levels[tr._slot_level[min(slot, tr.nodes - 1)]]
+
+    def _index(self, t: float) -> int:
+        return max(bisect.bisect_right(self.trace._times, t + self.offset_s) - 1, 0)
+
+    def acquire_time(self, t: float, slot: int) -> float:
+        lv = self._lv(slot)
+        k = lv.up[self._index(t)]
+        if k >= len(lv.times):
+            return INF
+        return max(t, lv.times[k] - self.offset_s)
+
+    def revoke_time(self, t: float, slot: int) -> float:
+        lv = self._lv(slot)
+        i = self._index(t)
+        k = lv.down[i]
+        if k == i:  # already down at t (granted at a boundary): the next one
+            k = lv.down[min(i + 1, len(lv.down) - 1)] if i + 1 < len(lv.down) else len(lv.times)
+        if k >= len(lv.times):
+            return INF
+        return max(t, lv.times[k] - self.offset_s)
+
+
+# ---------------------------------------------------------------- lifetime sampling
+class LifetimeSource:
+    """Lifetimes drawn from a sampler (fitted model or empirical bootstrap)."""
+
+    kind = "model"
+
+    def __init__(self, sample: Callable[[int, np.random.Generator], np.ndarray], description: str,
+                 cap_s: float | None) -> None:
+        self.sample, self.description, self.cap_s = sample, description, cap_s
+        self.name = description
+
+    def for_run(self, rng: np.random.Generator) -> "LifetimeRun":
+        return LifetimeRun(self, rng)
+
+
+class LifetimeRun(RunRevocations):
+    kind = "model"
+
+    def __init__(self, src: LifetimeSource, rng: np.random.Generator) -> None:
+        self.src, self.rng = src, rng
+        self._pool: list[float] = []
+
+    def acquire_time(self, t: float, slot: int) -> float:
+        return t
+
+    def revoke_time(self, t: float, slot: int) -> float:
+        if not self._pool:
+            self._pool = self.src.sample(64, self.rng).tolist()[::-1]
+        life = self._pool.pop()
+        if self.src.cap_s is not None:
+            life = min(life, self.src.cap_s)
+        return t + life
+
+
+# ---------------------------------------------------------------- construction
+def _trace_matches(trace, plan) -> bool:
+    from spottrain.sim.job import canonical
+
+    for g in plan.groups:
+        if not g.spot:
+            continue
+        if trace.instance_type and trace.instance_type == g.instance_type:
+            return True
+        if trace.gpu and canonical(trace.gpu) == canonical(g.gpu):
+            return True
+    return False
+
+
+def from_trace(name: str, plan, horizon_s: float):
+    """Prepare trace ``name`` for replay against ``plan`` (raises InputError when it does not fit)."""
+    trace = _deps.load_trace(name)
+    spot_nodes = sum(g.count for g in plan.groups if g.spot)
+    if spot_nodes == 0:
+        raise InputError(f"the plan has no spot nodes: trace {name} has nothing to revoke")
+    if trace.kind == "price" or not any(e.event in ("start", "revoke", "available") for e in trace.events):
+        raise InputError(f"trace {name} holds no availability or revocation events (kind {trace.kind})")
+    if not _trace_matches(trace, plan):
+        types = ", ".join(sorted({f'{g.gpu} ({g.instance_type})' for g in plan.groups if g.spot}))
+        about = trace.instance_type or trace.gpu or "unknown instances"
+        raise InputError(
+            f"trace {name} has no events for the plan's spot instance types {types}: it is about "
+            f"{trace.gpu or '?'} ({about}); pick a matching trace (spottrain transience --list) or use --model fitted"
+        )
+    gcp_cap = _deps.GCP_CAP_S if trace.cloud == "gcp" else None
+    if trace.kind == "nodes" and (trace.cloud == "gcp" or "max_lifetime_s" in trace.meta):
+        lives, started = [], {}
+        for e in trace.events:
+            if e.event == "start":
+                started[e.source] = e.time_s
+            elif e.source in started:
+                life = e.time_s - started.pop(e.source)
+                lives.append(life if e.event == "revoke" else INF)
+        if not lives:
+            raise InputError(f"trace {name} has no node lifetimes")
+        arr = np.asarray(lives, dtype=float)
+        return LifetimeSource(lambda n, rng: arr[rng.integers(0, len(arr), n)],
+                              f"bootstrap of {len(arr)} node lifetimes from {name}", gcp_cap)
+    if trace.kind == "nodes":
+        times, values, running = [], [], 0
+        for e in trace.events:
+            if e.event == "start":
+                running += 1
+            elif e.event in ("revoke", "end"):
+                running = max(running - 1, 0)
+            else:
+                continue
+            if times and times[-1] == e.time_s:
+                values[-1] = running
+            else:
+                times.append(e.time_s)
+                values.append(running)
+        capacity = max(values)
+        return CapacityTrace(name, np.asarray(times), np.asarray(values, float), capacity, trace.duration_s,
+                             spot_nodes, horizon_s, f"{name}: running nodes of a spot cluster (max {capacity})")
+    # availability / alive: one step function per zone; prefer the plan's zone.
+    zones = [g.zone for g in plan.groups if g.spot and g.zone]
+    sources = list(dict.fromkeys(e.source for e in trace.events if e.event == "available"))
+    source = next((s for s in sources if s in zones), sources[0])
+    ev = [e for e in trace.events if e.event == "available" and e.source == source]
+    times = np.asarray([e.time_s for e in ev])
+    values = np.asarray([e.value for e in ev], float)
+    capacity = float(trace.capacity or max(values.max(), 1.0))
+    return CapacityTrace(name, times, values, capacity, trace.duration_s, spot_nodes, horizon_s,
+                         f"{name}: {trace.kind} of {int(capacity)} {trace.instance_type or trace.gpu} in {source}")
+
+
+def from_model(plan):
+    """Lifetimes sampled from the fitted model of the plan's (first) spot group."""
+    spot = [g for g in plan.groups if g.spot]
+    if not spot:
+        raise InputError("the plan has no spot nodes: nothing to revoke")
+    g = spot[0]
+    sample, desc = _deps.lifetime_sampler(g.cloud, g.gpu)
+    return LifetimeSource(sample, desc, _deps.GCP_CAP_S if g.cloud == "gcp" else None)
