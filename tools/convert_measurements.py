@@ -206,12 +206,30 @@ def lambda_rows(data: str) -> list[dict]:
     return rows
 
 
-def write(rows: list[dict], path: str) -> None:
+def accuracy_curves(data: str) -> list[dict]:
+    """Test-accuracy curves of ResNet-32 (transient-dl): K80 on-demand 1/2/4/8 workers, 1 PS, async.
+
+    One row per evaluation point; ``workers`` is the cluster size, ``batch_size`` per worker.
+    Only on-demand runs are used (no revocations change the cluster during the run).
+    """
+    base = os.path.join(data, "transient-dl/training/k80_on_demand")
+    rows = []
+    for name, n in (("k80-demand", 1), ("2-demand", 2), ("4-demand", 4), ("8-demand", 8)):
+        with open(os.path.join(base, name, "train_data.csv"), newline="") as fh:
+            for r in csv.DictReader(fh):
+                rows.append(dict(curve=f"k80-{n}w-run{r['Run']}", model="t2t-res32", gpu="K80", workers=n, ps=1,
+                                 sync="async", batch_size=T2T_BATCH, step=int(float(r["Step"])),
+                                 wall_time_s=float(r["Wall Time"]), accuracy=float(r["Accuracy"])))
+    return rows
+
+
+def write(rows: list[dict], path: str, columns: list[str] | None = None) -> None:
     with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        columns = columns or COLUMNS
+        w = csv.DictWriter(fh, fieldnames=columns)
         w.writeheader()
         for r in rows:
-            w.writerow({c: r.get(c, "") for c in COLUMNS})
+            w.writerow({c: r.get(c, "") for c in columns})
     print(f"wrote {len(rows)} rows to {path}")
 
 
@@ -225,6 +243,9 @@ def main() -> None:
     write(cmdare_rows(a.data), os.path.join(a.out, "cmdare.csv"))
     write(transient_rows(a.data), os.path.join(a.out, "transient_dl.csv"))
     write(lambda_rows(a.data), os.path.join(a.out, "lambda.csv"))
+    curves = accuracy_curves(a.data)
+    os.makedirs(os.path.join(a.out, "curves"), exist_ok=True)
+    write(curves, os.path.join(a.out, "curves", "transient_dl_accuracy.csv"), list(curves[0]))
 
 
 if __name__ == "__main__":

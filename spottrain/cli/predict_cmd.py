@@ -97,8 +97,8 @@ def predict(
         print(json.dumps({"model": workload.model, "batch_size": workload.batch_size, "cluster": cluster, "ps": ps,
                           "sync": sync, **pred.to_dict()}, indent=1))
         return
-    for w in caught:
-        err.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+    for note in pred.notes or [str(w.message) for w in caught]:
+        err.print(f"[yellow]warning:[/] extrapolating, interval widened: {note}", highlight=False)
     console = Console()
     t = Table(box=box.SIMPLE_HEAD, title=f"{workload.model}, batch {workload.batch_size}/GPU on {cluster}"
               f" ({'ps=' + str(ps) + ', ' + sync if ps else 'all-reduce, ' + sync})")

@@ -103,7 +103,11 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     if not model:
         raise InputError("expected a model name, got an empty value", file=file, line=line, column="model")
     batch = _number(get("batch_size"), file=file, line=line, column="batch_size", integer=True)
-    cluster = ClusterSpec.parse(get("cluster"), where="cluster") if get("cluster") else None
+    try:
+        cluster = ClusterSpec.parse(get("cluster"), where="cluster") if get("cluster") else None
+    except InputError as exc:
+        msg = str(exc).removeprefix("column cluster: ")
+        raise InputError(msg, file=file, line=line, column="cluster") from None
     if cluster is None:
         raise InputError("expected a cluster such as 4xK80 or 1xV100+2xK80:4, got an empty value", file=file, line=line, column="cluster")
     for g in cluster.groups:

@@ -373,9 +373,29 @@ def predict_throughput(workload: Workload, cluster: ClusterSpec | str, *, ps: in
     """Predict the throughput of ``workload`` on ``cluster`` (``"4xV100"``, ``"2xp3.8xlarge"``).
 
     ``ps`` = parameter servers (0 = all-reduce); ``sync`` = ``"sync"`` or ``"async"``;
-    ``model`` defaults to :func:`default_model`. A profiled step time on a GPU (``Workload.
+    ``model`` defaults to :func:`default_model`. Results are memoised per (workload, cluster,
+    ps, sync, network, model), so the planner's repeated queries cost microseconds. A profiled step time on a GPU (``Workload.
     step_time_s_ref``) calibrates the model's efficiency for this workload.
     """
+    m = model or default_model()
+    key = (workload, str(cluster), ps, sync, network_gbps, id(m))
+    hit = _CACHE.get(key)
+    if hit is not None and _CACHE_OWNERS.get(id(m)) is m:
+        return hit
+    pred = _predict_uncached(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=m)
+    if len(_CACHE) > 100_000:
+        _CACHE.clear()
+    _CACHE[key] = pred
+    _CACHE_OWNERS[id(m)] = m
+    return pred
+
+
+_CACHE: dict = {}
+_CACHE_OWNERS: dict = {}
+
+
+def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int, sync: str,
+                      network_gbps: float | None, model: ThroughputModel) -> ThroughputPrediction:
     if isinstance(cluster, str):
         cluster = ClusterSpec.parse(cluster)
     if sync not in ("sync", "async"):
@@ -384,13 +404,13 @@ def predict_throughput(workload: Workload, cluster: ClusterSpec | str, *, ps: in
         raise InputError(f"expected ps >= 0, got {ps}", column="ps")
     if sync == "async" and ps == 0:
         raise InputError("asynchronous training needs a parameter server (ps >= 1)", column="ps")
-    m = model or default_model()
+    m = model
     q = _Query(model=workload.model, batch_size=workload.batch_size, cluster=cluster, ps=ps, sync=sync,
                flops=workload.flops_per_sample, grad=workload.gradient_bytes, precision=workload.precision,
                network_gbps=network_gbps)
     if workload.step_time_s_ref and workload.ref_gpu:
         m = _calibrated_for(m, workload)
-    return m.predict([q])[0]
+    return m.predict([q], warn=False)[0]
 
 
 def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:

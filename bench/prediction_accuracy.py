@@ -1,0 +1,216 @@
+"""Prediction accuracy of spottrain's performance model on real measurements, against naive baselines.
+
+    .venv/bin/python bench/prediction_accuracy.py [--quick]
+
+Every figure is held-out: the model never sees the rows it is scored on. Baselines, computed on
+the same held-out rows: *linear scaling* (N GPUs x the measured 1-GPU throughput of the same
+model and GPU) and *peak-FLOPS ratio* (throughput measured on another GPU x ratio of peak FP32
+TFLOPS; for unseen models: the median achieved fraction of peak on the training rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from spottrain.perf import ThroughputModel, Workload, load_shipped, predict_throughput
+from spottrain.perf.convergence import ConvergenceModel, curves_from_rows, load_accuracy_curves
+from spottrain.perf.hardware import device
+from spottrain.perf.validation import cross_validate, mape
+
+warnings.filterwarnings("ignore")
+
+
+def gpu_of(m):
+    return m.cluster.groups[0].gpu
+
+
+def single(m):
+    return m.cluster.total_gpus == 1
+
+
+def fit(rows, prior="physics", correction="none", folds=0):
+    return ThroughputModel(prior=prior, correction=correction, folds=folds).fit(rows)
+
+
+def predict(model, rows):
+    return np.array([p.throughput for p in model.predict(rows, warn=False)])
+
+
+def obs(rows):
+    return np.array([m.throughput for m in rows])
+
+
+def linear_baseline(train, test):
+    """N x 1-GPU throughput of the same (model, GPU, precision, ps) in train; NaN when unknown."""
+    ref = {}
+    for m in train:
+        if single(m):
+            ref.setdefault((m.model, gpu_of(m), m.precision), []).append(m.throughput)
+    out = []
+    for m in test:
+        r = ref.get((m.model, gpu_of(m), m.precision))
+        out.append(statistics.mean(r) * m.cluster.total_gpus if r else math.nan)
+    return np.array(out)
+
+
+def peak_baseline(train, test):
+    """Throughput of the same model on another GPU x peak FP32 ratio (else median FLOPS fraction)."""
+    frac = [m.throughput * m.flops_per_sample / (device(gpu_of(m)).fp32_tflops * 1e12 * m.cluster.total_gpus)
+            for m in train]
+    med = statistics.median(frac)
+    by_model = {}
+    for m in train:
+        if single(m):
+            by_model.setdefault((m.model, m.precision), []).append(m)
+    out = []
+    for m in test:
+        p_t = device(gpu_of(m)).fp32_tflops
+        refs = by_model.get((m.model, m.precision))
+        if refs:
+            vals = [r.throughput * p_t / device(gpu_of(r)).fp32_tflops for r in refs]
+            out.append(statistics.mean(vals) * m.cluster.total_gpus)
+        else:
+            out.append(med * p_t * 1e12 * m.cluster.total_gpus / m.flops_per_sample)
+    return np.array(out)
+
+
+def score(pred, y):
+    ok = ~np.isnan(pred)
+    return mape(pred[ok], y[ok]) if ok.any() else math.nan
+
+
+ROWS = []
+
+
+def report(name, n, ours, base_lin=math.nan, base_peak=math.nan, goal="", extra=""):
+    ROWS.append((name, n, ours, base_lin, base_peak, goal, extra))
+    print(f"{name:58s} {n:5d} {ours:7.1f} {base_lin:9.1f} {base_peak:9.1f}  {goal:8s} {extra}", flush=True)
+
+
+def leave_groups_out(rows, key, test_filter, prior="physics"):
+    """For each group, train on every row outside the group's test rows, predict them."""
+    groups = sorted({key(m) for m in rows if test_filter(m)})
+    pred, lin, peak, ys = [], [], [], []
+    for g in groups:
+        test = [m for m in rows if key(m) == g and test_filter(m)]
+        train = [m for m in rows if not (key(m) == g and test_filter(m))]
+        model = fit(train, prior)
+        pred.extend(predict(model, test)); lin.extend(linear_baseline(train, test)); peak.extend(peak_baseline(train, test))
+        ys.extend(obs(test))
+    pred, lin, peak, ys = map(np.array, (pred, lin, peak, ys))
+    return len(ys), score(pred, ys), score(lin, ys), score(peak, ys)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="skip the correction's nested cross-validation")
+    args = ap.parse_args()
+    t0 = time.time()
+    cm, td, lam = load_shipped(("cmdare",)), load_shipped(("transient_dl",)), load_shipped(("lambda",))
+    tf_rows = cm + td
+    print(f"rows: cmdare {len(cm)}, transient-dl {len(td)}, lambda {len(lam)}; machine: {platform.processor() or platform.machine()}, python {sys.version.split()[0]}")
+    print(f"{'experiment (held-out MAPE %)':58s} {'rows':>5s} {'ours':>7s} {'linear':>9s} {'peak-FLOPS':>9s}  goal")
+    lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows
+
+    # 1. Single-GPU speed of unseen models (leave one model out; CM-DARE K80/P100/V100).
+    n, o, l, p = leave_groups_out(tf_rows, lambda m: m.model, single, prior=lam_prior)
+    report("single-GPU speed, unseen model (CM-DARE, LOMO)", n, o, l, p, "-")
+
+    # 2. Cross-GPU: train on K80 rows only, predict V100 and P100 single-GPU speed.
+    train = [m for m in tf_rows if gpu_of(m) == "K80"]
+    for tgt in ("V100", "P100"):
+        test = [m for m in tf_rows if gpu_of(m) == tgt and single(m)]
+        model = fit(train, lam_prior)
+        report(f"cross-GPU K80 -> {tgt} (CM-DARE+transient-dl)", len(test), score(predict(model, test), obs(test)),
+               math.nan, score(peak_baseline(train, test), obs(test)), "<= 10")
+
+    # 3. Lambda: leave one GPU type out (single-GPU rows), prior = physics only.
+    n, o, l, p = leave_groups_out(lam, lambda m: (gpu_of(m)), single)
+    report("cross-GPU, leave one GPU type out (Lambda, 1 GPU)", n, o, l, p, "<= 10")
+
+    # 4. Cluster scaling 1 -> 8 workers (async PS, 1 PS): hold out N>1 of one (model, GPU) series.
+    key = lambda m: (m.model, gpu_of(m), m.ps, m.extra.get("source"))
+    n, o, l, p = leave_groups_out(cm, key, lambda m: m.cluster.nodes > 1 and m.ps == 1, prior=lam_prior)
+    report("cluster scaling 2-8 workers, 1 PS (CM-DARE)", n, o, l, p, "<= 5")
+    n, o, l, p = leave_groups_out(tf_rows, key, lambda m: m.cluster.nodes > 1 and m.ps == 1
+                                  and m.extra.get("source", "").startswith("transient"), prior=lam_prior)
+    report("cluster scaling 2-8 workers, 1 PS (transient-dl)", n, o, l, p, "<= 5")
+
+    # 5. PS bottleneck: predict the 2-PS series of a model from its 1-PS rows and other models.
+    n, o, l, p = leave_groups_out(tf_rows, key, lambda m: m.ps == 2, prior=lam_prior)
+    report("2 parameter servers, held-out series (CM-DARE+transient)", n, o, l, p, "<= 5")
+
+    # 6. Intra-node data parallel 2-8 GPUs (Lambda), one (GPU, precision) series held out.
+    n, o, l, p = leave_groups_out(lam, lambda m: (gpu_of(m), m.precision, m.model), lambda m: not single(m))
+    report("intra-node 2-8 GPUs, held-out series (Lambda)", n, o, l, p, "<= 5")
+
+    # 7. Random 5-fold CV per table: analytical alone vs with the learned correction.
+    for name, rows in (("cmdare", cm), ("transient-dl", td), ("lambda", lam)):
+        an = cross_validate(rows, lambda: ThroughputModel(folds=0, correction="none"), folds=5)
+        lin = np.full(len(rows), np.nan)
+        from spottrain.perf.validation import kfold_indices
+
+        for tr, te in kfold_indices(len(rows), 5, 0):
+            lin[te] = linear_baseline([rows[i] for i in tr], [rows[i] for i in te])
+        extra = ""
+        if not args.quick:
+            co = cross_validate(rows, lambda: ThroughputModel(folds=5, correction="auto"), folds=5)
+            extra = f"with correction (auto): {co['mape']:.1f}"
+        report(f"random 5-fold CV, all rows ({name})", len(rows), an["mape"], score(lin, an["obs"]), math.nan, "<= 5", extra)
+
+    # 8. Steps to target error (1 - accuracy), leave one worker count out.
+    curves = curves_from_rows(load_accuracy_curves())
+    errs, base = [], []
+    for n_out in sorted(curves):
+        model = ConvergenceModel().fit([c for n, c in curves.items() if n != n_out])
+        ref = curves[1] if n_out != 1 else curves[2]
+        for target in (0.20, 0.15, 0.12):
+            meas = _steps_to(curves[n_out], target)
+            if meas is None:
+                continue
+            errs.append(abs(model.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
+            base.append(abs((_steps_to(ref, target) or math.nan) - meas) / meas * 100)
+    report("steps to target error, leave one worker count out (transient-dl)", len(errs), float(np.mean(errs)),
+           float(np.nanmean(base)), math.nan, "<= 8", "baseline: steps of the 1-worker curve")
+
+    # 9. Speed of predict_throughput.
+    w = Workload.from_zoo("resnet50", 64)
+    predict_throughput(w, "4xV100", ps=1, sync="async")
+    k = 2000
+    t = time.perf_counter()
+    for i in range(k):
+        predict_throughput(w, f"{1 + i % 64}xV100", ps=i % 3, sync="sync")
+    per_call = (time.perf_counter() - t) / k * 1e6
+    from spottrain.perf import default_model
+    from spottrain.perf.measurements import Measurement
+    from spottrain.types import ClusterSpec
+
+    qs = [Measurement(model="resnet50", batch_size=64, cluster=ClusterSpec.parse(f"{1 + i % 64}xV100"), ps=i % 3,
+                      sync="sync", throughput=None, flops_per_sample=w.flops_per_sample, param_count=w.param_count)
+          for i in range(k)]
+    t = time.perf_counter()
+    default_model().predict(qs, warn=False)
+    vec = (time.perf_counter() - t) / k * 1e6
+    print(f"predict_throughput: {per_call:.1f} us/call (memoised repeats), vectorised predict: {vec:.1f} us/row; "
+          f"total bench time {time.time() - t0:.0f} s")
+    ROWS.append(("speed", k, per_call, vec, math.nan, "< 50 us", ""))
+
+
+def _steps_to(curve, target):
+    pts = list(zip(curve.steps, curve.losses))
+    for (s0, l0), (s1, l1) in zip(pts, pts[1:]):
+        if l0 > target >= l1:
+            return s0 + (l0 - target) / (l0 - l1) * (s1 - s0)
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""`spottrain predict` / `validate` end to end through the CLI entry point."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spottrain.cli.main import main
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_predict_zoo_json(capsys):
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--batch-size", "64", "--cluster", "4xV100",
+                       "--ps", "1", "--sync", "async", "--json")
+    assert code in (0, None)
+    d = json.loads(out)
+    assert d["low"] < d["throughput"] < d["high"] and d["bottleneck"] in {"compute", "network", "ps", "pcie"}
+
+
+def test_predict_queries_writes_columns_and_refuses_overwrite(tmp_path, capsys):
+    m = tmp_path / "m.csv"
+    m.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\n" + "".join(
+        f"x,32,{n}xV100,0,sync,{300 * n * (0.95 ** n):.1f},5e9,20000000\n" for n in (1, 2, 3, 4, 5, 6)))
+    q = tmp_path / "q.csv"
+    q.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\nx,32,8xV100,0,sync,,5e9,20000000\n")
+    out = tmp_path / "p.csv"
+    code, _, _ = run(capsys, "predict", "--measurements", str(m), "--queries", str(q), "--out", str(out))
+    assert code in (0, None)
+    header = out.read_text().splitlines()[0].split(",")
+    assert {"throughput_pred", "throughput_low", "throughput_high", "bottleneck"} <= set(header)
+    code, _, err = run(capsys, "predict", "--queries", str(q), "--out", str(out))
+    assert code == 2 and "--force" in err
+
+
+def test_bad_table_exits_2_naming_row_and_column(tmp_path, capsys):
+    m = tmp_path / "m.csv"
+    m.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\nx,32,2xQ100,0,sync,5,1e9,10\n")
+    code, _, err = run(capsys, "validate", "--measurements", str(m))
+    assert code == 2 and "line 2" in err and "column cluster" in err and "Traceback" not in err
+
+
+def test_validate_prints_per_group(capsys):
+    from spottrain.perf.measurements import shipped_tables
+
+    code, out, _ = run(capsys, "validate", "--measurements", str(shipped_tables()["transient_dl"]), "--folds", "3",
+                       "--group-by", "ps", "--json")
+    d = json.loads(out)
+    assert set(d["groups"]) == {"ps=1", "ps=2"} and d["mape"] > 0

@@ -1,0 +1,54 @@
+"""Convergence model on real accuracy curves (transient-dl) and synthetic sanity checks."""
+
+import math
+
+import pytest
+
+from spottrain.errors import InputError, NotFittedError
+from spottrain.perf.convergence import (
+    ConvergenceModel,
+    convergence_coefficient,
+    curves_from_rows,
+    homogeneous_R,
+    load_accuracy_curves,
+)
+
+
+def test_convergence_coefficient():
+    assert convergence_coefficient([1.0]) == 0.0
+    assert convergence_coefficient([1, 1]) == pytest.approx(homogeneous_R(2))
+    assert convergence_coefficient([3, 1]) < convergence_coefficient([1, 1])
+
+
+def test_recovers_synthetic_hyperbola():
+    curve = [[s, 50.0 / (s + 20.0) + 0.2] for s in range(1, 2000, 20)]
+    m = ConvergenceModel(batch_size=16).fit(curve)
+    assert m.loss_at(500, batch_size_global=16) == pytest.approx(50 / 520 + 0.2, rel=0.02)
+    assert m.steps_to_target(0.3, batch_size_global=16) == pytest.approx(480, rel=0.05)
+    assert math.isinf(m.steps_to_target(0.1, batch_size_global=16))
+
+
+def test_real_curves_more_workers_need_more_global_steps():
+    curves = curves_from_rows(load_accuracy_curves())
+    m = ConvergenceModel().fit(list(curves.values()))
+    steps = [m.steps_to_target(0.15, batch_size_global=128, workers=n) for n in (1, 2, 4, 8)]
+    assert all(b > a for a, b in zip(steps, steps[1:]))
+
+
+def test_held_out_worker_count_beats_same_steps_baseline():
+    curves = curves_from_rows(load_accuracy_curves())
+    m = ConvergenceModel().fit([c for n, c in curves.items() if n != 8])
+    # measured: first crossing of error 0.2 in the 8-worker curve
+    c8 = list(zip(curves[8].steps, curves[8].losses))
+    meas = next(s1 for (s0, l0), (s1, l1) in zip(c8, c8[1:]) if l1 <= 0.2)
+    c1 = list(zip(curves[1].steps, curves[1].losses))
+    base = next(s1 for (s0, l0), (s1, l1) in zip(c1, c1[1:]) if l1 <= 0.2)
+    pred = m.steps_to_target(0.2, batch_size_global=128, workers=8)
+    assert abs(pred - meas) < abs(base - meas)
+
+
+def test_errors():
+    with pytest.raises(NotFittedError):
+        ConvergenceModel().steps_to_target(0.1, batch_size_global=1)
+    with pytest.raises(InputError):
+        ConvergenceModel().fit([[1, 2]])

@@ -1,0 +1,113 @@
+"""Throughput model: beats naive baselines on held-out real rows, physical sanity, contract."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from spottrain.errors import InputError, NotFittedError
+from spottrain.perf import ThroughputModel, Workload, default_model, load_shipped, predict_throughput
+from spottrain.perf.throughput import ExtrapolationWarning
+
+
+@pytest.fixture(scope="module")
+def cm():
+    return load_shipped(("cmdare",))
+
+
+def test_predict_before_fit_raises():
+    with pytest.raises(NotFittedError):
+        ThroughputModel().predict([])
+
+
+def test_get_params_roundtrip():
+    m = ThroughputModel(folds=3, correction="none")
+    assert ThroughputModel(**m.get_params()).get_params() == m.get_params()
+
+
+def test_cluster_scaling_beats_linear_baseline_on_held_out_series(cm):
+    # Hold out the 2..8-worker P100 series of ResNet-32 (PS-bound): linear scaling overshoots.
+    test = [m for m in cm if m.model == "t2t-res32" and m.cluster.nodes > 1 and m.ps == 1
+            and m.cluster.groups[0].gpu == "P100"]
+    train = [m for m in cm if m not in test]
+    model = ThroughputModel(folds=0, correction="none").fit(train)
+    pred = np.array([p.throughput for p in model.predict(test, warn=False)])
+    y = np.array([m.throughput for m in test])
+    one = next(m.throughput for m in cm if m.model == "t2t-res32" and str(m.cluster) == "1xP100" and m.ps == 1
+               and "cluster" in m.extra.get("source", ""))
+    linear = np.array([one * m.cluster.nodes for m in test])
+    assert np.mean(np.abs(pred - y) / y) < np.mean(np.abs(linear - y) / y)
+
+
+def test_cross_gpu_beats_peak_flops_ratio_on_p100(cm):
+    from spottrain.perf.hardware import device
+
+    train = [m for m in cm if m.cluster.groups[0].gpu == "K80"]
+    test = [m for m in cm if m.cluster.groups[0].gpu == "P100" and m.cluster.total_gpus == 1]
+    model = ThroughputModel(folds=0, correction="none").fit(train)
+    pred = np.array([p.throughput for p in model.predict(test, warn=False)])
+    y = np.array([m.throughput for m in test])
+    k80 = {m.model: m.throughput for m in train if m.cluster.total_gpus == 1}
+    ratio = device("P100").fp32_tflops / device("K80").fp32_tflops
+    base = np.array([k80.get(m.model, np.nan) * ratio for m in test])
+    ok = ~np.isnan(base)
+    assert np.mean(np.abs(pred - y)[ok] / y[ok]) < np.mean(np.abs(base - y)[ok] / y[ok])
+
+
+def test_monotonic_and_physical():
+    w = Workload.from_zoo("resnet50", 64)
+    one = predict_throughput(w, "1xV100")
+    assert predict_throughput(w, "1xH100").throughput > one.throughput > predict_throughput(w, "1xK80").throughput
+    xs = [predict_throughput(w, f"{n}xV100").throughput for n in (1, 2, 4, 8)]
+    assert all(b >= a for a, b in zip(xs, xs[1:]))  # more workers never slower
+    assert xs[-1] <= 8 * xs[0] * 1.001  # and never superlinear
+    slow = predict_throughput(w, "8xV100", network_gbps=1.0)
+    assert slow.throughput < xs[-1] and slow.bottleneck == "network"
+    one_ps = predict_throughput(w, "16xV100", ps=1, sync="async")
+    four_ps = predict_throughput(w, "16xV100", ps=4, sync="async")
+    assert four_ps.throughput > one_ps.throughput and one_ps.bottleneck == "ps"
+    assert one.low < one.throughput < one.high
+
+
+def test_extrapolation_widens_interval_and_warns():
+    m = default_model()
+    w = Workload(model="never-seen", batch_size=32, flops_per_sample=5e9, param_count=10_000_000, gradient_bytes=4e7)
+    from spottrain.perf.throughput import _Query
+    from spottrain.types import ClusterSpec
+
+    q = _Query(model="never-seen", batch_size=32, cluster=ClusterSpec.parse("64xT4"), ps=0, sync="sync",
+               flops=5e9, grad=4e7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = m.predict([q])[0]
+    assert p.extrapolated and any(issubclass(c.category, ExtrapolationWarning) for c in caught)
+    seen = predict_throughput(Workload.from_zoo("resnet50", 128), "1xV100")
+    assert math.log(p.high / p.low) > math.log(seen.high / seen.low)
+    assert predict_throughput(w, "64xT4").extrapolated
+
+
+def test_profile_step_time_calibrates_compute():
+    w = Workload.from_zoo("resnet50", 64)
+    slow = Workload(**{**w.__dict__, "step_time_s_ref": 1.0, "ref_gpu": "V100"})
+    p = predict_throughput(slow, "1xV100")
+    assert p.throughput == pytest.approx(64 / 1.0, rel=0.05)
+    assert predict_throughput(slow, "1xH100").throughput > p.throughput
+
+
+def test_bad_arguments():
+    w = Workload.from_zoo("resnet50", 64)
+    with pytest.raises(InputError):
+        predict_throughput(w, "4xV100", ps=0, sync="async")
+    with pytest.raises(Exception, match="did you mean"):
+        predict_throughput(w, "4xV10")
+    with pytest.raises(InputError):
+        predict_throughput(w, "4*V100")
+
+
+def test_correction_never_worse_than_analytical_in_cv():
+    rows = load_shipped(("transient_dl",))
+    m = ThroughputModel(folds=4, correction="auto").fit(rows)
+    used = m.correction_ is not None
+    cv = m.cv_mae_log_
+    assert (not used) or cv["corrected"] <= cv["analytical"]
