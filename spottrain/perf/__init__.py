@@ -7,6 +7,7 @@ Public API::
     Measurement, read_measurements, write_measurements, load_shipped
 """
 
+from spottrain.perf.convergence import ConvergenceModel, LossCurve, convergence_coefficient
 from spottrain.perf.measurements import Measurement, load_shipped, read_measurements, write_measurements
 from spottrain.perf.throughput import (
     ExtrapolationWarning,
@@ -18,6 +19,7 @@ from spottrain.perf.throughput import (
 from spottrain.perf.workload import Workload
 
 __all__ = [
+    "ConvergenceModel", "LossCurve", "convergence_coefficient",
     "ExtrapolationWarning", "Measurement", "ThroughputModel", "ThroughputPrediction", "Workload", "default_model",
     "load_shipped", "predict_throughput", "read_measurements", "write_measurements",
 ]
