@@ -1,9 +1,164 @@
-"""`spottrain simulate`: registered in :mod:`spottrain.cli.main`."""
+"""`spottrain simulate` and `spottrain reproduce`: registered in :mod:`spottrain.cli.main`."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from spottrain.errors import InputError, UnknownNameError
+
+err = Console(stderr=True)
+
+
+def _f(x: float | None, fmt: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def simulate(
+    plan: Annotated[Path, typer.Option("--plan", help="Plan file written by `spottrain plan`.")],
+    trace: Annotated[str | None, typer.Option(help="Replay this trace (name from `spottrain transience --list`, or a CSV).")] = None,
+    model: Annotated[str | None, typer.Option(help="'fitted': sample lifetimes from the fitted lifetime model instead.")] = None,
+    runs: Annotated[int, typer.Option(help="Monte Carlo runs per policy.")] = 1000,
+    policy: Annotated[list[str] | None, typer.Option("--policy", help="Policy to simulate (repeat); default: the plan's and the baselines.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (default: up to 4 for large runs).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON to stdout.")] = False,
+    report: Annotated[Path | None, typer.Option(help="Write an HTML report (distributions, timeline).")] = None,
+    timeline: Annotated[Path | None, typer.Option(help="Write a PNG timeline of one run of the first policy.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --timeline file.")] = False,
+) -> None:
+    """Replay a plan against real revocation traces (or the fitted lifetime model) many times,
+    under several recovery policies, and compare makespan, cost and deadline-met rate.
+
+    Example: spottrain simulate --plan plan.json --trace skypilot-availability-16-node-aws-08-27-2023-us-west-2a_v100_1 --runs 1000
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spottrain.plan import Plan
+    from spottrain.sim import montecarlo
+    from spottrain.sim.timeline import timeline_png
+
+    if model is not None and model != "fitted":
+        raise UnknownNameError("lifetime model source", model, ("fitted",))
+    if runs <= 0:
+        raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
+    if timeline is not None:
+        if timeline.suffix.lower() != ".png":
+            raise InputError("timeline file name must end in .png", column="--timeline")
+        if timeline.exists() and not force:
+            raise InputError("file exists; pass --force to overwrite it", file=str(timeline))
+    the_plan = Plan.load(plan)
+    policies = policy or None
+    total = runs * len(policies or ([the_plan.policy] + [p for p in montecarlo.DEFAULT_POLICIES if p != the_plan.policy]))
+    with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("runs", total=total)
+        res = montecarlo.simulate(the_plan, trace=trace, model=model == "fitted", policies=policies, runs=runs,
+                                  seed=seed, workers=workers, progress=lambda n: bar.advance(task, n))
+    first = res.summaries[0].policy
+    one = None
+    if timeline is not None or report is not None:
+        one = montecarlo.timeline_run(the_plan, trace=trace, model=model == "fitted", policy=first, seed=seed)
+    if timeline is not None:
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        timeline.write_bytes(timeline_png(one, title=f"{the_plan.cluster}, policy {first}, run 0 (seed {seed})"))
+    if report is not None:
+        _write_report(report, the_plan, res, one, force)
+    if as_json:
+        print(json.dumps(res.to_dict(), indent=1))
+        return
+    console = Console()
+    table = Table(title=f"{res.runs} runs per policy of {res.plan_cluster}", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("policy", "makespan h mean", "p50", "p95", "cost $ mean", "p50", "p95", "deadline met",
+                "finished", "revocations", "lost work h", "replaced"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for s in res.summaries:
+        table.add_row(
+            s.policy, _f(s.makespan_h.mean), _f(s.makespan_h.p50), _f(s.makespan_h.p95),
+            _f(s.cost_usd.mean, ",.0f"), _f(s.cost_usd.p50, ",.0f"), _f(s.cost_usd.p95, ",.0f"),
+            "-" if s.deadline_met_rate is None else f"{100 * s.deadline_met_rate:.0f}%",
+            f"{100 * s.finished_rate:.0f}%", _f(s.revocations.mean), _f(s.lost_work_h.mean, ".2f"),
+            _f(s.replacements.mean),
+        )
+    console.print(table)
+    for note in res.notes:
+        console.print(note, style="dim", highlight=False)
+    console.print(f"{res.runs * len(res.summaries)} runs in {res.elapsed_s:.1f} s (seed {res.seed}).", style="dim")
+    if timeline is not None:
+        console.print(f"timeline: {timeline}", style="dim")
+    if report is not None:
+        console.print(f"report: {report}", style="dim")
+
+
+def _write_report(path: Path, plan, res, one, force: bool) -> None:
+    from spottrain.report import Plot, Report, distribution_plot
+    from spottrain.sim.timeline import timeline_png
+
+    rep = Report(f"Simulation of {plan.cluster}", subtitle=res.source)
+    rows = [{
+        "policy": s.policy, "makespan h (mean)": _f(s.makespan_h.mean), "makespan h (p95)": _f(s.makespan_h.p95),
+        "cost $ (mean)": _f(s.cost_usd.mean, ",.0f"), "cost $ (p95)": _f(s.cost_usd.p95, ",.0f"),
+        "deadline met": "-" if s.deadline_met_rate is None else f"{100 * s.deadline_met_rate:.0f}%",
+        "revocations": _f(s.revocations.mean), "lost work h": _f(s.lost_work_h.mean, ".2f"),
+    } for s in res.summaries]
+    rep.add_section("Policies side by side", text="\n\n".join(res.notes), table=rows)
+    per = {p: {"cost_usd": [r.cost_usd for r in rs], "duration_s": [r.makespan_s for r in rs]}
+           for p, rs in res.results.items()}
+    rep.add_section("Distributions", plots=[distribution_plot(per, deadline_s=plan.deadline_s, budget_usd=plan.budget_usd)])
+    if one is not None:
+        rep.add_section("One run", plots=[Plot(png=timeline_png(one), alt="Progress, checkpoints, revocations and "
+                                               "live nodes of one simulated run against hours since launch.")])
+    rep.save(path, force=force)
+
+
+def reproduce(
+    study: Annotated[str, typer.Argument(help="Which study to reproduce: icac19.")],
+    runs: Annotated[int, typer.Option(help="Monte Carlo runs per spot cluster.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON to stdout.")] = False,
+) -> None:
+    """Predict a published study's measured clusters with our models and show the error.
+
+    Example: spottrain reproduce icac19
+    """
+    from spottrain.sim import reproduce as rp
+
+    if study != "icac19":
+        raise UnknownNameError("study", study, ("icac19",))
+    if runs <= 0:
+        raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
+    with err.status("simulating the ICAC'19 clusters"):
+        result = rp.reproduce_icac19(runs=runs, seed=seed)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return
+    console = Console()
+    for title, rows in (("Clusters (ResNet-32, CIFAR-10, 64k steps)", result.clusters),
+                        ("1 vs 2 parameter servers", result.ps_rows)):
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("cluster", "runs", "measured s", "predicted s", "error", "measured $", "predicted $", "error"):
+            table.add_column(col, justify="left" if col == "cluster" else "right", no_wrap=True)
+        for r in rows:
+            table.add_row(
+                r.cluster, str(r.measured_runs), f"{r.measured_duration_s:,.0f}", f"{r.predicted_duration_s:,.0f}",
+                f"{100 * r.duration_error:+.1f}%", _f(r.measured_cost_usd, ".3f"), _f(r.predicted_cost_usd, ".3f"),
+                "-" if r.cost_error is None else f"{100 * r.cost_error:+.1f}%",
+            )
+        console.print(table)
+    for line in result.headline_lines():
+        console.print(line, highlight=False)
+    for note in result.notes:
+        console.print(note, style="dim", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app (filled in by the simulate capability)."""
+    """Add `spottrain simulate` and `spottrain reproduce` to the app."""
+    app.command(name="simulate")(simulate)
+    app.command(name="reproduce")(reproduce)

@@ -15,6 +15,12 @@ is a *plan transform* (:data:`PLAN_TRANSFORMS`) applied by the simulator before 
 - ``replan-on-price``: re-plan when prices move: on a price change, move the whole cluster to
   the option with the least cost per sample if it is at least 20% cheaper; replace revoked
   nodes with the cheapest option per sample.
+
+And one of ours, beside those of :mod:`spottrain.policies`:
+
+- ``deadline-margin``: uniform progress (Can't Be Late) that keeps a safety margin of
+  ``DEADLINE_MARGIN_S`` before the deadline: the policy is asked at ticks, so without a margin
+  the switch to on-demand comes up to one tick late and the deadline is missed by minutes.
 """
 
 from __future__ import annotations
@@ -24,11 +30,21 @@ from collections.abc import Callable
 from typing import Any
 
 from spottrain.plan import Plan
-from spottrain.policies import Decision, JobState, NodeOption, register_policy, replace_cheapest, replace_same
+from spottrain.policies import (
+    Decision,
+    JobState,
+    NodeOption,
+    register_policy,
+    replace_cheapest,
+    replace_same,
+    uniform_progress,
+)
 
 ANCHOR_CHECKPOINT_FACTOR = 0.25
 """DeepVM's asynchronous checkpointing to the anchor: share of the checkpoint cost that stalls."""
 REPLAN_GAIN = 0.8
+DEADLINE_MARGIN_S = 1200.0
+"""Safety margin of ``deadline-margin``: a few policy ticks plus a restart."""
 """Re-plan only when the best option costs at most this share of the current cost per sample."""
 
 
@@ -80,6 +96,13 @@ def replan_on_price(state: JobState) -> Decision:
     return replace_cheapest(state)
 
 
+def deadline_margin(state: JobState) -> Decision:
+    """Uniform progress against a deadline brought forward by :data:`DEADLINE_MARGIN_S`."""
+    if state.deadline_s is not None:
+        state = dataclasses.replace(state, deadline_s=state.deadline_s - DEADLINE_MARGIN_S)
+    return uniform_progress(state)
+
+
 def _matching(options: tuple[NodeOption, ...], instance_type: str, spot: bool, zone: str | None) -> NodeOption | None:
     same = [o for o in options if o.instance_type == instance_type and o.spot == spot]
     in_zone = [o for o in same if o.zone == zone]
@@ -117,3 +140,4 @@ register_policy("skypilot-managed", skypilot_managed)
 register_policy("on-demand", on_demand_only)
 register_policy("deepvm-anchor", deepvm_anchor)
 register_policy("replan-on-price", replan_on_price)
+register_policy("deadline-margin", deadline_margin)

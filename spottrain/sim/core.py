@@ -188,19 +188,18 @@ class Environment:
     def process(self, generator: Generator[Event, Any, Any], name: str = "") -> Process:
         return Process(self, generator, name)
 
-    def call_at(self, time: float, fn: Callable[[], None], priority: int = NORMAL) -> Event:
-        """Run a plain callback at ``time`` (lighter than a process for one-shot events)."""
-        ev = Event(self)
-        ev._value = None
-        ev.callbacks = [lambda _e: fn()]
-        heapq.heappush(self._queue, (max(time, self.now), priority, next(self._eid), ev))
-        return ev
+    def call_at(self, time: float, fn: Callable[[], None], priority: int = NORMAL) -> None:
+        """Run a plain callback ``fn()`` at ``time`` (lighter than an event or a process)."""
+        heapq.heappush(self._queue, (time if time > self.now else self.now, priority, next(self._eid), fn))
 
     def peek(self) -> float:
         return self._queue[0][0] if self._queue else float("inf")
 
     def step(self) -> None:
         self.now, _, _, event = heapq.heappop(self._queue)
+        if not isinstance(event, Event):
+            event()  # a plain callback from call_at
+            return
         callbacks, event.callbacks = event.callbacks, None
         for cb in callbacks or ():
             cb(event)

@@ -44,7 +44,7 @@ from spottrain.sim import _deps
 from spottrain.sim.core import Environment, Interrupt
 
 INF = math.inf
-TICK_POLICIES = {"uniform-progress"}
+TICK_POLICIES = {"uniform-progress", "deadline-margin"}
 """Policies that look at periodic ticks; the others are asked only on real events."""
 
 
@@ -555,6 +555,7 @@ class JobRun:
                 self._leave(node)  # outstanding spot requests are cancelled
         if d.checkpoint_now and self.train_since is not None:
             self._begin_checkpoint()
+            self._wake()
         if d.release:
             self._account()
             released_live = False

@@ -189,7 +189,11 @@ def _mapped(pool: Any, jobs: list, progress: Callable[[int], None]) -> list:
 
 
 def timeline_run(plan: Plan, *, trace: str | None, model: bool, policy: str, seed: int = 0,
-                 params: SimParams | None = None, run: int = 0) -> RunResult:
-    """One recorded run (for the timeline plot)."""
+                 params: SimParams | None = None, run: int | None = None) -> RunResult:
+    """One recorded run (for the timeline plot): run ``run``, or the first of the first 100
+    runs that sees a revocation (a quiet run makes a dull picture), else run 0."""
     source = make_source(plan, trace=trace, model=model, params=params)
-    return make_setup(plan, policy, source, params).run(run_seed(seed, run), record=True)
+    setup = make_setup(plan, policy, source, params)
+    if run is None:
+        run = next((i for i in range(100) if setup.run(run_seed(seed, i)).revocations > 0), 0)
+    return setup.run(run_seed(seed, run), record=True)

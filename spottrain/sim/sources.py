@@ -88,9 +88,12 @@ class CapacityTrace:
                 up=_next_true(~below, idx, n),
             )
         self.mean_up_fraction = float(np.mean(values > 0))
+        self.fixed_offset_s: float | None = None
+        """Replay from this offset in every run (tests, what-if replays) instead of a random one."""
 
     def for_run(self, rng: np.random.Generator) -> "TraceRun":
-        return TraceRun(self, float(rng.uniform(0.0, self.duration_s)))
+        offset = rng.uniform(0.0, self.duration_s)
+        return TraceRun(self, float(offset if self.fixed_offset_s is None else self.fixed_offset_s))
 
 
 def _next_true(mask: np.ndarray, idx: np.ndarray, n: int) -> list[int]:

@@ -1,0 +1,111 @@
+"""Behaviour of the simulated training job on synthetic traces with known answers."""
+
+import math
+
+import numpy as np
+import pytest
+
+from sim_plans import make_plan, write_trace
+from spottrain.errors import InputError
+from spottrain.sim import sources
+from spottrain.sim.job import SimParams, SimSetup
+from spottrain.sim.montecarlo import make_setup, simulate
+
+STARTUP_AWS = 150.0  # spottrain.sim._deps start-up default for AWS
+
+
+def _setup(tmp_path, plan, rows, policy, *, offset=0.0, params=None, duration=100_000.0):
+    path = write_trace(tmp_path / "synthetic_trace.csv", rows, duration_s=duration)
+    src = sources.from_trace(path, plan, horizon_s=duration)
+    src.fixed_offset_s = offset
+    return make_setup(plan, policy, src, params or SimParams(checkpoint_cost_s=10.0, restart_s=60.0))
+
+
+def test_no_revocation_makespan_and_cost_are_exact(tmp_path):
+    plan = make_plan(nodes=4, hours=1.0, interval_s=1000.0, deadline_h=2.0)
+    setup = _setup(tmp_path, plan, [(0, "z", "available", 4)], "replace-same")
+    r = setup.run(1)
+    work = 3600.0
+    checkpoints = math.floor(work / 1000.0)  # one every 1000 s of training, none at the end
+    assert r.revocations == 0 and r.finished and r.deadline_met
+    assert r.checkpoints == checkpoints
+    assert r.makespan_s == pytest.approx(STARTUP_AWS + work + checkpoints * 10.0)
+    assert r.cost_usd == pytest.approx(4 * 0.918 * r.makespan_s / 3600)
+
+
+def _one_loss_rows():
+    # 4 nodes alive, one lost at t=2000 s, capacity back at t=5000 s
+    return [(0, "z", "available", 4), (2000, "z", "available", 3), (5000, "z", "available", 4)]
+
+
+def test_emergency_checkpoint_on_notice_bounds_lost_work(tmp_path):
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
+    # training starts at 150 s; periodic checkpoint 1150-1160 s; notice at 1880 s (AWS 120 s)
+    with_notice = _setup(tmp_path, plan, _one_loss_rows(), "replace-same").run(1)
+    without = _setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart").run(1)
+    assert with_notice.revocations == without.revocations == 1
+    # with the notice the checkpoint taken at 1880-1890 s survives: 110 s of work lost
+    assert with_notice.lost_work_s == pytest.approx(110.0)
+    # without it, everything since the periodic checkpoint at 1160 s is lost
+    assert without.lost_work_s == pytest.approx(840.0)
+
+
+def test_replacement_joins_when_capacity_returns(tmp_path):
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
+    same = _setup(tmp_path, plan, _one_loss_rows(), "replace-same").run(1)
+    none = _setup(tmp_path, plan, _one_loss_rows(), "no-replace").run(1)
+    assert same.replacements == 1 and none.replacements == 0
+    assert same.makespan_s < none.makespan_s  # a fourth node from t=5150 s finishes sooner
+
+
+def test_async_worker_loss_loses_no_work(tmp_path):
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0, sync="async", ps=1)
+    r = _setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart").run(3)
+    assert r.revocations == 1
+    # the last slot is revoked; the chief is the first node to join and survives
+    assert r.lost_work_s == 0.0
+
+
+def test_gcp_preemptible_nodes_die_at_24h(tmp_path):
+    plan = make_plan(nodes=2, hours=30.0, cloud="gcp", zone="us-east1-c", instance_type="n1-standard-8+V100",
+                     deadline_h=None)
+    never = sources.LifetimeSource(lambda n, rng: np.full(n, np.inf), "synthetic: never revoked", 24 * 3600.0)
+    r = SimSetup(plan=plan, policy_name="replace-same", source=never).run(0, record=True)
+    times = [t for t, _ in r.timeline["revocations"]]
+    assert r.revocations == 2 and r.finished
+    assert times == [pytest.approx(24 * 3600.0)] * 2  # both granted at t=0
+
+
+def test_same_seed_same_result_and_offsets_vary(tmp_path):
+    plan = make_plan(nodes=4, hours=3.0)
+    rows = [(t, "z", "available", 4 - (t // 1000) % 2) for t in range(0, 40_000, 1000)]
+    path = write_trace(tmp_path / "synthetic_flapping.csv", rows, duration_s=40_000.0)
+    src = sources.from_trace(path, plan, horizon_s=5 * 86400)
+    setup = make_setup(plan, "replace-same", src)
+    a, b = setup.run(7), setup.run(7)
+    assert a == b
+    makespans = {setup.run(s).makespan_s for s in range(10)}
+    assert len(makespans) > 1
+
+
+def test_trace_for_other_instance_types_is_refused(tmp_path):
+    plan = make_plan(nodes=2)
+    path = write_trace(tmp_path / "synthetic_k80.csv", [(0, "z", "available", 1)], gpu="K80",
+                       instance_type="p2.xlarge")
+    with pytest.raises(InputError, match="no events for the plan's spot instance types"):
+        sources.from_trace(path, plan, horizon_s=86400)
+
+
+def test_zero_runs_is_an_error():
+    with pytest.raises(InputError, match="run count"):
+        simulate(make_plan(), trace="bamboo-aws-p3", runs=0)
+
+
+def test_uniform_progress_meets_deadline_on_a_dead_market(tmp_path):
+    # spot capacity disappears after one hour and never comes back
+    plan = make_plan(nodes=4, hours=4.0, deadline_h=6.0)
+    rows = [(0, "z", "available", 4), (3600, "z", "available", 0)]
+    up = _setup(tmp_path, plan, rows, "uniform-progress").run(0)
+    same = _setup(tmp_path, plan, rows, "replace-same").run(0)
+    assert up.switched_on_demand and up.deadline_met
+    assert not same.deadline_met
