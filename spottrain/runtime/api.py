@@ -1,0 +1,430 @@
+"""The user-facing training API: give a model, an optimizer, a dataset and a loss function;
+spottrain owns the loop's fault tolerance.
+
+>>> cfg = TrainConfig.from_env(steps=200, global_batch_size=64)      # doctest: +SKIP
+>>> Trainer(model=model, optimizer=opt, dataset=ds, loss_fn=loss_fn, config=cfg).fit()
+
+``loss_fn(model, batch)`` returns the *mean* loss over ``batch``. The trainer splits each
+global batch over the live workers (and into micro-batches), scales the losses so that the
+gradient is exactly the global-batch mean whatever the world size, wraps the model in
+DistributedDataParallel, checkpoints, and - under ``spottrain run`` - re-forms the process
+group when workers leave or join, continuing from the survivors' in-memory state.
+
+Three launch modes, picked from the environment:
+- ``spottrain run`` (``SPOTTRAIN_RDZV`` set): elastic; survivors keep their state.
+- ``torchrun`` (``WORLD_SIZE`` set): static group; a failure restarts from the newest checkpoint.
+- plain ``python``: one process.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from spottrain.errors import InputError
+from spottrain.runtime.checkpoint import Checkpointer
+from spottrain.runtime.elastic import EXIT_LEFT, ElasticClient
+from spottrain.runtime.sampler import DeterministicSampler, shard
+
+log = logging.getLogger(__name__)
+
+RESCALE_MODES = ("accumulate", "scale-lr")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """How to train; every field can come from a ``SPOTTRAIN_<FIELD>`` environment variable."""
+
+    steps: int = 100
+    """Optimizer steps to complete."""
+    global_batch_size: int = 64
+    """Samples per optimizer step (``accumulate``); with ``scale-lr`` this is the batch of the
+    planned world and shrinks/grows with it."""
+    micro_batch_size: int | None = None
+    """Largest batch one forward pass sees; larger shards use gradient accumulation."""
+    rescale: str = "accumulate"
+    """When the world size changes: ``accumulate`` keeps the global batch (exact same updates);
+    ``scale-lr`` keeps the per-worker batch and scales the learning rate linearly."""
+    planned_world_size: int | None = None
+    """World size the hyper-parameters were tuned for (``scale-lr`` reference)."""
+    seed: int = 0
+    job_id: str = "default"
+    checkpoint_dir: str | None = None
+    checkpoint_interval_s: float | None = None
+    """Seconds between checkpoints (from the transience model when planned)."""
+    checkpoint_every_steps: int | None = None
+    """Alternatively, checkpoint every N steps (deterministic; used in tests)."""
+    keep_checkpoints: int = 3
+    backend: str = "auto"
+    """``gloo``, ``nccl`` or ``auto`` (nccl when CUDA is available)."""
+    pg_timeout_s: float = 10.0
+    """Collective timeout: how long a hung (not dead) peer can stall the others."""
+    rejoin_timeout_s: float = 120.0
+    """How long a worker waits for a new membership generation after a failure."""
+    notice_wait_s: float = 2.0
+    """How long a notified worker waits for the policy's decision before leaving anyway."""
+    run_dir: str | None = None
+    """Where each worker appends its JSON-lines event log (``events-<worker>.jsonl``)."""
+
+    @classmethod
+    def from_env(cls, **defaults: Any) -> "TrainConfig":
+        """``defaults`` overridden by ``SPOTTRAIN_<FIELD>`` variables set by ``spottrain run``."""
+        values = dict(defaults)
+        for f in fields(cls):
+            raw = os.environ.get(f"SPOTTRAIN_{f.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            kind = str(f.type)
+            if "int" in kind:
+                values[f.name] = int(raw)
+            elif "float" in kind:
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        return {f"SPOTTRAIN_{f.name.upper()}": str(getattr(self, f.name))
+                for f in fields(self) if getattr(self, f.name) is not None}
+
+
+class _Membership(Exception):
+    """Internal: the process group must be re-formed (peer lost, member left or joined)."""
+
+
+class Trainer:
+    """Fault-tolerant data-parallel training loop (see the module docstring)."""
+
+    def __init__(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
+                 loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor], config: TrainConfig,
+                 lr_scheduler: Any | None = None, collate_fn: Callable[[list[Any]], Any] | None = None) -> None:
+        if config.rescale not in RESCALE_MODES:
+            raise InputError(f"rescale must be one of {', '.join(RESCALE_MODES)}, got {config.rescale!r}")
+        self.model = model
+        self.optimizer = optimizer
+        self.dataset = dataset
+        self.loss_fn = loss_fn
+        self.config = config
+        self.lr_scheduler = lr_scheduler
+        self.collate_fn = collate_fn or torch.utils.data.default_collate
+        self.sampler = DeterministicSampler(size=len(dataset), seed=config.seed)
+        self.step = 0
+        self.checkpointer = (Checkpointer(config.checkpoint_dir, job_id=config.job_id, keep=config.keep_checkpoints)
+                             if config.checkpoint_dir else None)
+        self.worker_id = os.environ.get("SPOTTRAIN_WORKER_ID", f"pid{os.getpid()}")
+        self._base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self._ddp: DDP | None = None
+        self._gen = -1
+        self._rank, self._world = 0, 1
+        self._elastic: ElasticClient | None = None
+        self._fresh = True  # holds no trained or restored state yet
+        self._notice_at: float | None = None
+        self._notice_posted: float | None = None
+        self._ctl_ckpt_seen = 0
+        self._last_ckpt_t = time.monotonic()
+        self._last_ckpt_step = -1
+        self._events = None
+        if config.run_dir:
+            Path(config.run_dir).mkdir(parents=True, exist_ok=True)
+            self._events = open(Path(config.run_dir) / f"events-{self.worker_id}.jsonl", "a", buffering=1)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything stateful: model, optimizer, scheduler, sampler, RNG, step."""
+        return {
+            "model": self.model.state_dict(),
+            "optim": self.optimizer.state_dict(),
+            "sched": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+            "sampler": self.sampler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "step": self.step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optim"])
+        if self.lr_scheduler is not None and state.get("sched") is not None:
+            self.lr_scheduler.load_state_dict(state["sched"])
+        self.sampler.load_state_dict(state["sampler"])
+        torch.set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        self._fresh = False
+
+    # ------------------------------------------------------------------ events
+    def _event(self, kind: str, **data: Any) -> None:
+        if self._events is not None:
+            self._events.write(json.dumps({"t": time.time(), "wid": self.worker_id, "kind": kind, **data}) + "\n")
+
+    # ------------------------------------------------------------------ main loop
+    def fit(self) -> None:
+        """Train to ``config.steps``; survives peers leaving and joining."""
+        self._install_signal_handler()
+        self._elastic = ElasticClient.from_env()
+        self._resume_from_checkpoint()
+        if self._elastic is not None:
+            self._elastic.register()
+        try:
+            self._loop()
+        finally:
+            if self.checkpointer is not None:
+                self.checkpointer.close()
+            self._teardown()
+
+    def _loop(self) -> None:
+        formed = False
+        while True:
+            try:
+                if not formed:
+                    self._form()
+                    formed = True
+                if self.step >= self.config.steps:
+                    self._finish()
+                    return
+                self._train_step()
+                self._boundary()
+            except (_Membership, RuntimeError, TimeoutError) as exc:
+                if self._elastic is None or self._world_is_local_error(exc):
+                    raise
+                self._event("reform", gen=self._gen, step=self.step, reason=str(exc).splitlines()[0][:200])
+                self._teardown()
+                formed = False
+
+    @staticmethod
+    def _world_is_local_error(exc: BaseException) -> bool:
+        # A user bug (shape error ...) is not a membership problem: re-raise it. Collective and
+        # store failures come as DistError / RuntimeError mentioning the transport.
+        if isinstance(exc, (_Membership, TimeoutError, dist.DistError)):
+            return False
+        text = str(exc).lower()
+        return not any(w in text for w in ("gloo", "connection", "peer", "timed out", "timeout", "socket",
+                                           "nccl", "store", "closed", "broken pipe", "reset"))
+
+    # ------------------------------------------------------------------ membership
+    def _form(self) -> None:
+        t0 = time.time()
+        if self._elastic is not None:
+            gen, members = self._elastic.wait_generation(self._gen, timeout_s=self.config.rejoin_timeout_s)
+            self._gen, self._rank, self._world = gen, members.index(self.worker_id), len(members)
+            dist.init_process_group(self._backend(), store=self._elastic.group_store(gen), rank=self._rank,
+                                    world_size=self._world, timeout=timedelta(seconds=self.config.pg_timeout_s))
+        elif "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+            dist.init_process_group(self._backend(), timeout=timedelta(seconds=max(self.config.pg_timeout_s, 60)))
+            self._gen, self._rank, self._world = 0, dist.get_rank(), dist.get_world_size()
+        else:
+            self._gen, self._rank, self._world = 0, 0, 1
+        source = self._exchange_state() if dist.is_initialized() else ("memory" if not self._fresh else "init")
+        if self.config.rescale == "scale-lr":
+            ref = self.config.planned_world_size or self._world
+            for g, base in zip(self.optimizer.param_groups, self._base_lrs):
+                g["lr"] = base * self._world / ref
+        if dist.is_initialized():
+            gc.collect()
+            self._ddp = DDP(self.model, broadcast_buffers=False)
+        self._fresh = False
+        self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step,
+                    source=source, form_s=time.time() - t0)
+
+    def _exchange_state(self) -> str:
+        """Agree on the newest state among the members and hand it to whoever lacks it."""
+        mine = torch.tensor([self.step, 0 if self._fresh else 1], dtype=torch.int64)
+        everyone = [torch.zeros(2, dtype=torch.int64) for _ in range(self._world)]
+        dist.all_gather(everyone, mine)
+        steps = [int(t[0]) for t in everyone]
+        has = [int(t[1]) for t in everyone]
+        best = max(steps)
+        src = min(r for r in range(self._world) if steps[r] == best and (has[r] or best == 0))
+        need = len(set(steps)) > 1 or (best > 0 and not all(has))
+        if not need:
+            return "memory" if has[self._rank] else "init"
+        from spottrain.runtime.state import broadcast_state
+
+        state = broadcast_state(self.state_dict() if self._rank == src else None, src)
+        if self._rank != src:
+            self.load_state_dict(state)
+            return "peer"
+        return "memory"
+
+    def _teardown(self) -> None:
+        self._ddp = None
+        gc.collect()
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - a broken group is exactly what we are discarding
+                pass
+
+    def _backend(self) -> str:
+        if self.config.backend != "auto":
+            return self.config.backend
+        return "nccl" if torch.cuda.is_available() else "gloo"
+
+    # ------------------------------------------------------------------ one step
+    def _train_step(self) -> None:
+        cfg = self.config
+        if cfg.rescale == "accumulate":
+            batch_size = cfg.global_batch_size
+        else:
+            per_worker = max(cfg.global_batch_size // (cfg.planned_world_size or self._world), 1)
+            batch_size = per_worker * self._world
+        if batch_size < self._world:
+            raise InputError(f"global batch {batch_size} is smaller than the world size {self._world}")
+        mine = shard(self.sampler.global_batch(batch_size), self._rank, self._world)
+        micro = cfg.micro_batch_size or len(mine)
+        chunks = [mine[i:i + micro] for i in range(0, len(mine), micro)]
+        model = self._ddp if self._ddp is not None else self.model
+        self.optimizer.zero_grad(set_to_none=True)
+        for i, idx in enumerate(chunks):
+            batch = self._fetch(idx)
+            # Mean over the global batch; DDP divides by the world size, so multiply it back.
+            scale = len(idx) / batch_size * self._world
+            last = i == len(chunks) - 1
+            if self._ddp is not None and not last:
+                with self._ddp.no_sync():
+                    (self.loss_fn(model, batch) * scale).backward()
+            else:
+                (self.loss_fn(model, batch) * scale).backward()
+        self.optimizer.step()
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.sampler.advance(batch_size)
+        self.step += 1
+        if self._rank == 0:
+            self._event("step", step=self.step, gen=self._gen, world=self._world)
+            if self._elastic is not None:
+                self._elastic.set("progress", self.step)
+
+    def _fetch(self, indices: list[int]) -> Any:
+        get_batch = getattr(self.dataset, "get_batch", None)
+        if get_batch is not None:
+            return get_batch(indices)
+        return self.collate_fn([self.dataset[i] for i in indices])
+
+    # ------------------------------------------------------------------ step boundary
+    def _boundary(self) -> None:
+        """Agree, once per step, on checkpoints, leavers and membership changes."""
+        if self.step >= self.config.steps:
+            return
+        leaving, want_ckpt = 0, 0
+        if self._notice_at is not None:
+            leaving, want_ckpt = self._notice_decision()
+        if self._rank == 0 and self._checkpoint_due():
+            want_ckpt = 1
+        ctl = self._elastic.control() if self._elastic is not None else {"gen": self._gen, "ckpt": 0}
+        flags = torch.zeros(3 + self._world, dtype=torch.int64)
+        flags[0], flags[1], flags[2] = int(ctl["gen"]), want_ckpt, int(ctl["ckpt"])
+        flags[3 + self._rank] = leaving
+        if dist.is_initialized():
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        leavers = [r for r in range(self._world) if flags[3 + r] > 0]
+        stay = [r for r in range(self._world) if r not in leavers]
+        requested = int(flags[2]) > self._ctl_ckpt_seen
+        self._ctl_ckpt_seen = max(self._ctl_ckpt_seen, int(flags[2]))
+        if (int(flags[1]) or requested) and self.checkpointer is not None:
+            writer = stay[0] if stay else 0
+            if self._rank == writer:
+                self.save_checkpoint(emergency=bool(leavers), blocking=self._rank in leavers)
+        if self._rank in leavers:
+            self._leave()
+        if leavers or int(flags[0]) > self._gen:
+            raise _Membership("leavers" if leavers else f"generation {int(flags[0])}")
+
+    def _notice_decision(self) -> tuple[int, int]:
+        if self._elastic is None:
+            return 1, 1
+        if self._notice_posted is None:
+            self._elastic.set(f"notice/{self.worker_id}", {"step": self.step, "t": time.time()})
+            self._notice_posted = time.monotonic()
+            self._event("notice", step=self.step)
+        decision = self._elastic.get_nowait(f"decision/{self.worker_id}")
+        if decision is not None:
+            return 1, int(bool(decision.get("checkpoint_now", True)))
+        if time.monotonic() - self._notice_posted > self.config.notice_wait_s:
+            return 1, 1
+        return 0, 0
+
+    def _leave(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
+        self._event("left", step=self.step, gen=self._gen)
+        if self._elastic is not None:
+            self._elastic.set(f"left/{self.worker_id}", self.step)
+        self._teardown()
+        sys.exit(EXIT_LEFT)
+
+    def _checkpoint_due(self) -> bool:
+        cfg = self.config
+        if self.checkpointer is None:
+            return False
+        if cfg.checkpoint_every_steps and self.step % cfg.checkpoint_every_steps == 0:
+            return True
+        return bool(cfg.checkpoint_interval_s) and time.monotonic() - self._last_ckpt_t >= cfg.checkpoint_interval_s
+
+    def save_checkpoint(self, *, emergency: bool = False, blocking: bool = False) -> None:
+        """Snapshot now, persist in the background (or now when ``blocking``)."""
+        assert self.checkpointer is not None
+        if self._last_ckpt_step == self.step:
+            return
+        t0 = time.perf_counter()
+        fut = self.checkpointer.save(self.state_dict(), step=self.step, blocking=blocking)
+        stall = time.perf_counter() - t0
+        self._last_ckpt_t = time.monotonic()
+        self._last_ckpt_step = self.step
+        step, gen, wid = self.step, self._gen, self.worker_id
+
+        def done(f: Any) -> None:
+            try:
+                res = f.result()
+                self._event("ckpt", step=step, gen=gen, stall_s=stall, persist_s=res.persist_s,
+                            bytes=res.size_bytes, emergency=emergency, path=str(res.path))
+            except Exception as exc:  # noqa: BLE001 - a failed write must not kill training
+                self._event("ckpt_failed", step=step, error=str(exc)[:200])
+                log.warning("worker %s: checkpoint at step %d failed: %s", wid, step, exc)
+
+        fut.add_done_callback(done)
+
+    def _resume_from_checkpoint(self) -> None:
+        if self.checkpointer is None:
+            return
+        found = self.checkpointer.load_latest()
+        if found is not None:
+            state, info = found
+            self.load_state_dict(state)
+            self._last_ckpt_step = self.step
+            self._event("restore", step=self.step, path=str(info.path))
+
+    def _finish(self) -> None:
+        if self._rank == 0:
+            if self.checkpointer is not None:
+                self.save_checkpoint(blocking=True)
+                self.checkpointer.wait()
+            self._event("done", step=self.step, gen=self._gen, world=self._world)
+        if dist.is_initialized() and self._world > 1:
+            # If rank 0 dies while writing the final checkpoint, this fails and the survivors
+            # re-form; the new rank 0 writes it.
+            dist.barrier()
+
+    # ------------------------------------------------------------------ signals
+    def _install_signal_handler(self) -> None:
+        try:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread
+            pass
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        # Only a flag: the step boundary acts on it (store and collectives are not reentrant).
+        if self._notice_at is None:
+            self._notice_at = time.monotonic()

@@ -1,0 +1,81 @@
+"""The worker side of elastic membership, on a c10d TCPStore hosted by the launcher.
+
+Why not torchrun's restart loop: with torch 2.x, the c10d rendezvous shares one TCPStore
+server (in the agent) across restarts, and restarted workers attach to it *without* a
+per-attempt prefix (``TORCHELASTIC_USE_AGENT_STORE``). Gloo's full-mesh bootstrap then reads
+the dead attempt's peer addresses under the same default-group keys and fails with
+"Connection refused" in ``connectFullMesh`` on every restart. See docs/run.md.
+
+Here the long-lived launcher (the controller) owns the store, so no worker's death - the
+chief's included - takes it down, and every membership *generation* ``g`` gets its own key
+space ``gen/<g>/pg`` (a PrefixStore), so nothing of an older group is ever read again. Keys:
+
+- ``gen``: the newest generation number; ``gen/<g>/members``: JSON list of worker ids
+  (rank = position); ``ctl``: JSON ``{"gen": g, "ckpt": n}`` read once per step;
+- ``ready/<wid>``: a worker is up; ``notice/<wid>`` / ``decision/<wid>``: a preemption
+  notice and the policy's answer; ``left/<wid>``: a worker left at a step boundary;
+  ``progress``: the last completed step (rank 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+ENV_RDZV = "SPOTTRAIN_RDZV"
+ENV_WORKER_ID = "SPOTTRAIN_WORKER_ID"
+EXIT_LEFT = 83
+"""Exit code of a worker that left gracefully after a preemption notice."""
+
+
+class ElasticClient:
+    """A worker's handle on the controller's store."""
+
+    def __init__(self, endpoint: str, worker_id: str, *, timeout_s: float = 30.0) -> None:
+        host, port = endpoint.rsplit(":", 1)
+        self.worker_id = worker_id
+        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s),
+                                   wait_for_workers=False)
+
+    @classmethod
+    def from_env(cls) -> "ElasticClient | None":
+        endpoint = os.environ.get(ENV_RDZV)
+        if not endpoint:
+            return None
+        return cls(endpoint, os.environ.get(ENV_WORKER_ID, f"pid{os.getpid()}"))
+
+    def set(self, key: str, value: Any) -> None:
+        self.store.set(key, json.dumps(value))
+
+    def get_nowait(self, key: str) -> Any | None:
+        if not self.store.check([key]):
+            return None
+        return json.loads(self.store.get(key))
+
+    def register(self) -> None:
+        self.set(f"ready/{self.worker_id}", time.time())
+
+    def control(self) -> dict[str, int]:
+        return self.get_nowait("ctl") or {"gen": -1, "ckpt": 0}
+
+    def wait_generation(self, after: int, *, timeout_s: float) -> tuple[int, list[str]]:
+        """Block until a generation newer than ``after`` includes this worker."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            gen = self.get_nowait("gen")
+            if gen is not None and gen > after:
+                members = json.loads(self.store.get(f"gen/{gen}/members"))
+                if self.worker_id in members:
+                    return int(gen), members
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker {self.worker_id}: no new membership generation after {after} "
+                                   f"within {timeout_s:.0f}s")
+            time.sleep(0.02)
+
+    def group_store(self, gen: int) -> dist.Store:
+        return dist.PrefixStore(f"gen/{gen}/pg", self.store)
