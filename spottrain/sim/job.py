@@ -74,6 +74,8 @@ class SimParams:
     relaunch_when_empty: bool = True
     checkpoint_factor: float = 1.0
     """Share of the checkpoint cost that stalls training (asynchronous checkpointing: < 1)."""
+    startup_s: float | None = None
+    """Fixed delay from grant to join for every node; None: the cloud's start-up / replacement-delay model."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +106,8 @@ class RunResult:
     """Time the job spent checkpointing, restarting or waiting for nodes."""
     switched_on_demand: bool
     failed: bool
+    started_s: float = 0.0
+    """When the first nodes joined and training began."""
     timeline: dict[str, Any] | None = None
 
 
@@ -135,12 +139,17 @@ class SimSetup:
     policy_name: str
     source: Any
     params: SimParams = field(default_factory=SimParams)
+    throughput_override: Any = None
+    """``(f(membership) -> samples/s, description)`` instead of the default performance model."""
 
     def __post_init__(self) -> None:
         plan, p = self.plan, self.params
         self.policy: Policy = get_policy(self.policy_name)
         self.ticks = self.policy_name in TICK_POLICIES
-        self.throughput, self.throughput_desc = _deps.throughput_function(plan)
+        if self.throughput_override is not None:
+            self.throughput, self.throughput_desc = self.throughput_override
+        else:
+            self.throughput, self.throughput_desc = _deps.throughput_function(plan)
         w = plan.workload
         ckpt = p.checkpoint_cost_s
         if ckpt is None:
@@ -231,6 +240,7 @@ class JobRun:
         self.revocations = self.checkpoints = self.replacements = 0
         self.lost = 0.0
         self.stall_s = 0.0
+        self.started_s: float | None = None
         self._views: tuple[NodeView, ...] | None = None
         self._wake_pending = False
         self._queues: dict[str, list[_Node]] = {"boot": [], "notice": [], "revoke": []}
@@ -355,6 +365,8 @@ class JobRun:
         else:
             node.acq = now
             delay = _deps.startup_s(t.cloud)
+        if self.s.params.startup_s is not None:
+            delay = self.s.params.startup_s
         if node.acq == INF or node.acq > self.s.horizon_s:
             return
         self.env.call_at(node.acq, lambda: self._granted(node, delay))
@@ -427,6 +439,8 @@ class JobRun:
         if self.chief is None:
             self.chief = nodes[0].id
         now = self.env.now
+        if self.started_s is None:
+            self.started_s = now
         if self.tl is not None:
             self.tl["joins"].append((now, len(nodes)))
         if not initial:
@@ -607,7 +621,8 @@ class JobRun:
             makespan_s=makespan, cost_usd=self.cost, finished=self.finished, deadline_met=met,
             revocations=self.revocations, lost_work_s=self.lost / max(s.planned_tp, 1e-12),
             checkpoints=self.checkpoints, replacements=self.replacements, stall_s=self.stall_s,
-            switched_on_demand=self.switched, failed=self.failed, timeline=tl,
+            switched_on_demand=self.switched, failed=self.failed,
+            started_s=self.started_s if self.started_s is not None else makespan, timeline=tl,
         )
 
 
