@@ -232,3 +232,12 @@ def test_cuda_oom_searches_largest_batch():
         prof.profile_zoo("gpt2-small", 4096, device="cuda", **QUICK)
     best = err.value.largest_fitting
     assert 0 < best < 4096 and f"--batch-size {best}" in str(err.value)
+
+
+def test_rnn_flops_are_counted_on_cpu():
+    # oneDNN's fused LSTM hides its matrix products from FlopCounterMode; the probe must not.
+    p = prof.profile_zoo("lstm-lm", 2, iterations=1, warmup=0)
+    hidden, vocab, steps = 650, 10_000, 35
+    lstm = 2 * 2 * 4 * hidden * (2 * hidden)  # 2 layers, 4 gates, input+hidden weights, 2 FLOPs/MAC
+    decoder = 2 * hidden * vocab
+    assert p.flops_per_sample_forward == pytest.approx(steps * (lstm + decoder), rel=1e-6)

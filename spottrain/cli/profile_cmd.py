@@ -182,12 +182,13 @@ def _list_models(as_json: bool) -> None:
         print(json.dumps([zoo_info(n) for n in ZOO], indent=1))
         return
     table = Table(title="built-in models", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("name", "params", "GFLOP/sample fwd+bwd", "input", "data set", "batch", "aliases"):
-        table.add_column(col, justify="right" if col in ("params", "GFLOP/sample fwd+bwd", "batch") else "left")
+    for col in ("name", "params", "GFLOP/sample", "input", "data set", "batch"):
+        table.add_column(col, justify="right" if col in ("params", "GFLOP/sample", "batch") else "left", no_wrap=True)
     for e in ZOO.values():
         flops = f"{e.flops_per_sample / 1e9:.3g}" if e.flops_per_sample else "-"
-        table.add_row(e.name, f"{e.param_count:,}", flops, "x".join(map(str, e.input_shape)) + f" {e.input_dtype}",
-                      e.dataset.name, str(e.default_batch_size), ", ".join(e.aliases))
+        table.add_row(e.name, f"{e.param_count:,}", flops, "x".join(map(str, e.input_shape)), e.dataset.name,
+                      str(e.default_batch_size))
+    table.caption = "GFLOP/sample: forward + backward; aliases and details: --list-models --json"
     Console().print(table)
 
 
@@ -209,10 +210,11 @@ def profiles_list(
         print(json.dumps([asdict(r) for r in rows], indent=1))
         return
     table = Table(title=f"{len(rows)} profile(s) in {path}", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("id", "created", "model", "batch", "device", "precision", "step", "samples/s"):
-        table.add_column(col, justify="right" if col in ("id", "batch", "step", "samples/s") else "left", no_wrap=col != "model")
+    for col in ("id", "created (UTC)", "model", "batch", "device", "prec.", "step", "samples/s"):
+        table.add_column(col, justify="right" if col in ("id", "batch", "step", "samples/s") else "left",
+                         no_wrap=col not in ("model", "device"))
     for r in rows:
-        table.add_row(str(r.id), r.created_at.replace("+00:00", "Z"), r.model, str(r.batch_size),
+        table.add_row(str(r.id), r.created_at[:16].replace("T", " "), r.model, str(r.batch_size),
                       f"{r.device_kind}: {r.device_name}", r.precision or "-", _ms(r.step_time_s), f"{r.samples_per_s:,.1f}")
     Console().print(table)
 

@@ -27,7 +27,8 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+import warnings
+from contextlib import ExitStack, nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
@@ -205,9 +206,16 @@ def _probe(model: nn.Module, batch: Any, size: int, device: torch.device, precis
 
     stepper = _Stepper(model, torch.optim.SGD(model.parameters(), lr=0.0), device, precision)
     has_rnn = any(isinstance(m, nn.RNNBase) for m in model.modules())
-    # cuDNN's fused RNN kernels are invisible to FlopCounterMode; the native path is counted.
-    cudnn_off = torch.backends.cudnn.flags(enabled=False) if (device.type == "cuda" and has_rnn) else nullcontext()
-    with cudnn_off:
+    with ExitStack() as stack:
+        if has_rnn:
+            # Fused RNN kernels (cuDNN, oneDNN) are invisible to FlopCounterMode; the native
+            # path, made of counted matrix products, is used for the probe instead.
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore", UserWarning)
+            if device.type == "cuda":
+                stack.enter_context(torch.backends.cudnn.flags(enabled=False))
+            else:
+                stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
         with FlopCounterMode(display=False) as fwd_counter:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 with stepper.autocast():
@@ -466,7 +474,10 @@ def profile(
             method="torch.cuda.max_memory_allocated over the measured steps; activations from saved-tensor hooks",
         )
     else:
+        import resource
+
         memory.update(
+            process_max_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             peak_bytes=int(static_bytes + per_sample_est * batch_size),
             peak_bytes_per_sample=per_sample_est,
             method=f"estimate: static + {_ACTIVATION_PEAK_FACTOR} x tensors saved for backward (saved-tensor hooks)",
