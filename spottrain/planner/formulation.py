@@ -1,0 +1,424 @@
+"""The planner's optimization problem, solved as a mixed-integer linear program with HiGHS.
+
+Sets
+----
+- ``I``: candidates, one per (cloud, instance type, market, region) after zone dominance
+  (:mod:`spottrain.planner.candidates`).
+- ``J``: columns ``j = (i, n)``: ``n`` nodes of candidate ``i``, ``1 <= n <= min(max_nodes,
+  quota_i)`` (spotDNN bounds the worker counts per type; we bound them by quota and max nodes).
+- ``G``: placement groups. All nodes of a plan share a group: the same cloud and region
+  (data locality, one network), and in synchronous training also the same GPU and GPUs per
+  node (every step waits for the slowest GPU, so mixing GPU models only pays off in
+  asynchronous PS training, as in spotDNN).
+
+Parameters (per column, from the models; :mod:`spottrain.planner.columns`)
+--------------------------------------------------------------------------
+- ``P_j``: price rate ($/h) = n x node price (spot or on-demand; SkyPilot catalog).
+- ``E_j = W / E[T_j]``: effective throughput (samples/s) of the column as a cluster of its own,
+  ``E[T_j]`` from the risk model (perf-model throughput, checkpoint overhead at the optimal
+  interval, lost work, restarts; CM-DARE / spotDNN / Young-Daly; :mod:`spottrain.planner.risk`).
+- ``Q_j = W / T_j^(c)``: throughput at the confidence level ``c`` (``T^(c)`` = c-quantile of time).
+- ``traffic_j``: gradient bytes/s pushed to the parameter servers (async PS only).
+
+Decision variables
+------------------
+- ``x_j in {0, 1}``: column ``j`` is part of the plan. Choosing a count by a one-hot over ``n``
+  (an SOS1 set per candidate) makes the piecewise-linear throughput curve exact at every
+  integer count, however nonlinear the performance model is in ``n``.
+- ``z_g in {0, 1}``: the plan is placed in group ``g``.
+
+Constraints
+-----------
+1. ``sum_{n} x_(i,n) <= 1`` for each candidate (one count per node kind).
+2. ``sum_{j in g} x_j <= K z_g``, ``sum_g z_g = 1``: one group, at most ``K = 3`` node kinds
+   (heterogeneous mixes of up to three types; spotDNN, Srift).
+3. ``sum_j n_j x_j <= max_nodes``; per instance-type quotas ``sum_{j: type q} n_j x_j <= quota_q``.
+4. Deadline with confidence: ``sum_j Q_j x_j >= W / D``.
+5. On-demand anchor (DeepVM): ``sum_{j on-demand} n_j x_j >= 1`` and, with a share ``s``,
+   ``sum_{on-demand} n_j x_j - s sum_j n_j x_j >= 0``.
+6. PS capacity (async): ``sum_j traffic_j x_j <= ps x PS bandwidth``.
+7. Budget: ``sum_j (P_j W / 3600 - B E_j) x_j <= 0`` (expected cost <= B), and with a hard cap
+   ``H`` on the 95th-percentile cost the same with ``W / T_j^(0.95)``.
+8. GPU memory: columns whose GPU cannot hold the per-GPU batch are never generated.
+
+Objectives
+----------
+- min-cost: minimize ``W / 3600 * sum P_j x_j / sum E_j x_j`` (expected cost), a 0-1
+  linear-fractional program, solved exactly by Dinkelbach's method: repeatedly minimize
+  ``sum (P_j - lambda E_j) x_j`` and set ``lambda`` to the ratio of the solution.
+- max-throughput: maximize ``sum_j E_j x_j`` subject to the budget (7).
+
+Linearization and why the answer is exact
+-----------------------------------------
+For one column (a homogeneous cluster) every parameter is the exact model value. A mix is
+evaluated by the performance model's heterogeneous rule and the risk model of the whole
+cluster; the linear model adds up its parts, which never underestimates the mix (a mix is at
+most as fast as its parts run separately, and its revocation losses are at least theirs), so
+the MILP is a relaxation. We solve it lazily: each MILP solution is evaluated exactly, excluded
+by a no-good cut, and the search stops when the relaxation cannot beat the best exact plan.
+With the exhaustive homogeneous enumeration as the first incumbent this is a branch-and-bound
+whose answer equals exhaustive search (tested against brute force).
+
+Pruning (provable under the same relaxation)
+--------------------------------------------
+- Zones: a dearer zone of the same type, market and region is dominated (candidates).
+- Counts: ``(i, n)`` is dominated by ``(i, n')``, ``n' < n``, with ``E`` and ``Q`` at least as
+  large (beyond the throughput peak; spotDNN's upper bound on workers).
+- Bounds and window: with incumbent ratio ``lambda*`` a mix must have
+  ``sum (P_j - lambda* E_j) < 0``; a column is dropped when even the ``K - 1`` most favourable
+  other kinds of its group cannot make up for it, and when ``Q_j`` plus the ``K - 1`` largest
+  ``Q`` of other kinds cannot reach ``W / D`` (spotDNN's lower bound and sliding window).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from spottrain.planner.candidates import Candidate
+from spottrain.planner.columns import Columns
+
+Picks = tuple[tuple[int, int], ...]
+"""A plan as ((candidate index, node count), ...), sorted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Constraints shared by the homogeneous screen and the MILP."""
+
+    max_nodes: int = 64
+    max_kinds: int = 3
+    quotas: dict[str, int] | None = None
+    anchor_min_on_demand: int = 0
+    anchor_share: float = 0.0
+    ps_capacity_bytes_per_s: float | None = None
+    deadline_s: float | None = None
+    confidence: float = 0.95
+    budget_usd: float | None = None
+    hard_cap_usd: float | None = None
+    same_gpu: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """The exact evaluation of a plan."""
+
+    picks: Picks
+    time_mean_s: float
+    time_q_s: float
+    time_p95_s: float
+    price_rate: float
+    p_deadline: float | None
+    feasible: bool
+    thr: float
+    low: float
+    high: float
+    bottleneck: str
+    interval_s: float
+    revocations: float
+    why_not: str = ""
+
+    @property
+    def cost_usd(self) -> float:
+        return self.price_rate / 3600.0 * self.time_mean_s
+
+    @property
+    def cost_p95_usd(self) -> float:
+        return self.price_rate / 3600.0 * self.time_p95_s
+
+
+@dataclass(kw_only=True)
+class SolveStats:
+    columns_total: int = 0
+    columns_after_pruning: int = 0
+    milp_calls: int = 0
+    exact_evaluations: int = 0
+    seconds: float = 0.0
+    proven_optimal: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def group_keys(cands: Sequence[Candidate], same_gpu: bool) -> list[tuple]:
+    if same_gpu:
+        return [(c.cloud, c.region, c.gpu, c.gpus_per_node) for c in cands]
+    return [(c.cloud, c.region) for c in cands]
+
+
+def _top_others(values: np.ndarray, owner: np.ndarray, grp: np.ndarray, k: int, best: bool) -> np.ndarray:
+    """For each column, the sum of the ``k`` best per-candidate values among *other* candidates of
+    its group (``best``: largest; else smallest, counting only negative ones). ``owner`` must be
+    sorted (columns are stored candidate by candidate)."""
+    if k <= 0 or values.size == 0:
+        return np.zeros(values.size)
+    sign = -1.0 if best else 1.0
+    v = sign * values
+    uc, start = np.unique(owner, return_index=True)
+    cval = np.minimum.reduceat(v, start)
+    if not best:
+        cval = np.minimum(cval, 0.0)
+    cgrp = grp[start]
+    order = np.lexsort((cval, cgrp))
+    sg, sv = cgrp[order], cval[order]
+    gstart = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]])
+    gend = np.r_[gstart[1:], sg.size]
+    rank = np.empty(uc.size, dtype=int)
+    rank[order] = np.arange(uc.size) - np.repeat(gstart, gend - gstart)
+    topk = np.zeros(uc.size)
+    topk1 = np.zeros(uc.size)
+    for a, b in zip(gstart, gend):
+        t = sv[a:min(b, a + k + 1)]
+        members = order[a:b]
+        topk[members] = t[:k].sum()
+        topk1[members] = t.sum()
+    cand_other = np.where(rank < k, topk1 - cval, topk)
+    return sign * cand_other[np.searchsorted(uc, owner)]
+
+
+class MixProblem:
+    """The MILP over a pruned set of columns, with no-good cuts added as the search goes."""
+
+    def __init__(self, cols: Columns, keep: np.ndarray, cands: Sequence[Candidate], limits: Limits,
+                 work: float, traffic: np.ndarray | None) -> None:
+        self.j = np.flatnonzero(keep)
+        self.cols, self.cands, self.limits, self.work = cols, cands, limits, work
+        cand = cols.cand[self.j]
+        n = cols.n[self.j].astype(float)
+        keys = group_keys(cands, limits.same_gpu)
+        gkeys = sorted({keys[i] for i in cand})
+        gid = {k: g for g, k in enumerate(gkeys)}
+        grp = np.array([gid[keys[i]] for i in cand], dtype=int)
+        nx, ng = self.j.size, len(gkeys)
+        self.nx, self.nvar = nx, nx + ng
+        rows: list[sparse.spmatrix] = []
+        lo: list[np.ndarray] = []
+        hi: list[np.ndarray] = []
+
+        def add(mat, l, h):
+            mat = sparse.csr_matrix(mat)
+            rows.append(sparse.hstack([mat[:, :nx], mat[:, nx:]]) if mat.shape[1] == self.nvar else mat)
+            lo.append(np.broadcast_to(l, (mat.shape[0],)).astype(float))
+            hi.append(np.broadcast_to(h, (mat.shape[0],)).astype(float))
+
+        ucand, cidx = np.unique(cand, return_inverse=True)
+        one = sparse.csr_matrix((np.ones(nx), (cidx, np.arange(nx))), shape=(ucand.size, nx))
+        add(sparse.hstack([one, sparse.csr_matrix((ucand.size, ng))]), -np.inf, 1.0)
+        gx = sparse.csr_matrix((np.ones(nx), (grp, np.arange(nx))), shape=(ng, nx))
+        add(sparse.hstack([gx, -limits.max_kinds * sparse.identity(ng)]), -np.inf, 0.0)
+        add(np.concatenate([np.zeros(nx), np.ones(ng)])[None, :], 1.0, 1.0)
+        add(np.concatenate([n, np.zeros(ng)])[None, :], -np.inf, float(limits.max_nodes))
+        if limits.quotas:
+            for name, q in limits.quotas.items():
+                mask = np.array([name.lower() in (cands[i].instance_type.lower(), cands[i].gpu.lower()) for i in cand])
+                if mask.any():
+                    add(np.concatenate([n * mask, np.zeros(ng)])[None, :], -np.inf, float(q))
+        if limits.deadline_s is not None:
+            q = self._q(cols.time_q_s[self.j])
+            add(np.concatenate([q, np.zeros(ng)])[None, :], work / limits.deadline_s, np.inf)
+        od = np.array([not cands[i].spot for i in cand], dtype=float)
+        if limits.anchor_min_on_demand > 0:
+            add(np.concatenate([n * od, np.zeros(ng)])[None, :], float(limits.anchor_min_on_demand), np.inf)
+        if limits.anchor_share > 0:
+            add(np.concatenate([n * od - limits.anchor_share * n, np.zeros(ng)])[None, :], 0.0, np.inf)
+        if traffic is not None and limits.ps_capacity_bytes_per_s is not None:
+            add(np.concatenate([traffic[self.j], np.zeros(ng)])[None, :], -np.inf, limits.ps_capacity_bytes_per_s)
+        self.E = self._q(cols.time_mean_s[self.j])
+        self.P = cols.price_rate[self.j]
+        if limits.budget_usd is not None:
+            add(np.concatenate([self.P * work / 3600.0 - limits.budget_usd * self.E, np.zeros(ng)])[None, :], -np.inf, 0.0)
+        if limits.hard_cap_usd is not None:
+            e95 = self._q(cols.time_p95_s[self.j])
+            add(np.concatenate([self.P * work / 3600.0 - limits.hard_cap_usd * e95, np.zeros(ng)])[None, :], -np.inf, 0.0)
+        self.A = sparse.vstack(rows).tocsr()
+        self.lo, self.hi = np.concatenate(lo), np.concatenate(hi)
+        self.cuts: list[np.ndarray] = []
+        self.calls = 0
+
+    def _q(self, t: np.ndarray) -> np.ndarray:
+        return np.divide(self.work, t, out=np.zeros_like(t), where=np.isfinite(t) & (t > 0))
+
+    def cut(self, picks: Picks) -> None:
+        """No-good cut: never return exactly this set of columns again."""
+        row = -np.ones(self.nvar)
+        row[self.nx:] = 0.0
+        chosen = [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in set(picks)]
+        row[chosen] = 1.0
+        self.cuts.append((row, len(chosen) - 1.0))
+
+    def solve(self, c_x: np.ndarray, *, extra: tuple[np.ndarray, float, float] | None = None) -> tuple[Picks | None, float]:
+        """Minimize ``c_x . x``; returns the picks and the objective value (None if infeasible)."""
+        self.calls += 1
+        c = np.concatenate([c_x, np.zeros(self.nvar - self.nx)])
+        A, lo, hi = self.A, self.lo, self.hi
+        if self.cuts:
+            A = sparse.vstack([A, sparse.csr_matrix(np.array([r for r, _ in self.cuts]))]).tocsr()
+            lo = np.concatenate([lo, np.full(len(self.cuts), -np.inf)])
+            hi = np.concatenate([hi, [b for _, b in self.cuts]])
+        if extra is not None:
+            row = np.concatenate([extra[0], np.zeros(self.nvar - self.nx)])
+            A = sparse.vstack([A, sparse.csr_matrix(row[None, :])]).tocsr()
+            lo, hi = np.concatenate([lo, [extra[1]]]), np.concatenate([hi, [extra[2]]])
+        res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=np.ones(self.nvar),
+                   bounds=Bounds(0, 1), options={"disp": False, "mip_rel_gap": 1e-9})
+        if res.x is None or res.status not in (0,):
+            return None, np.inf
+        xs = np.flatnonzero(res.x[: self.nx] > 0.5)
+        picks = tuple(sorted((int(self.cols.cand[self.j[k]]), int(self.cols.n[self.j[k]])) for k in xs))
+        return picks, float(res.fun)
+
+    def ratio(self, picks: Picks) -> float:
+        idx = [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in set(picks)]
+        return float(self.P[idx].sum() / max(self.E[idx].sum(), 1e-300))
+
+    def throughput(self, picks: Picks) -> float:
+        idx = [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in set(picks)]
+        return float(self.E[idx].sum())
+
+
+def spot_mask(cands: Sequence[Candidate]) -> np.ndarray:
+    return np.array([c.spot for c in cands], dtype=bool)
+
+
+def _segment_prev_max(x: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For each entry, the max of the earlier entries of its segment (-1 for the first)."""
+    out = np.empty_like(x)
+    bounds = np.r_[start, x.size]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        out[a] = -1.0
+        if b - a > 1:
+            out[a + 1:b] = np.maximum.accumulate(x[a:b - 1])
+    return out
+
+
+def homogeneous_feasible(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float,
+                         traffic: np.ndarray | None) -> np.ndarray:
+    """Mask of columns that satisfy every constraint on their own (exact)."""
+    ok = np.isfinite(cols.time_mean_s) & (cols.n <= limits.max_nodes)
+    if limits.deadline_s is not None and cols.p_deadline is not None:
+        ok &= cols.p_deadline >= limits.confidence
+    od = ~spot_mask(cands)[cols.cand] if cols.size else np.zeros(0, bool)
+    if limits.anchor_min_on_demand > 0 or limits.anchor_share > 0:
+        ok &= od & (cols.n >= limits.anchor_min_on_demand)
+    if limits.budget_usd is not None:
+        ok &= cols.cost_usd <= limits.budget_usd
+    if limits.hard_cap_usd is not None:
+        ok &= cols.cost_p95_usd <= limits.hard_cap_usd
+    if traffic is not None and limits.ps_capacity_bytes_per_s is not None:
+        ok &= traffic <= limits.ps_capacity_bytes_per_s
+    return ok
+
+
+def prune(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float, objective: str,
+          incumbent: Outcome | None) -> np.ndarray:
+    """Columns that may still appear in a mix better than ``incumbent`` (see module docstring)."""
+    keep = np.isfinite(cols.time_mean_s) & (cols.n <= limits.max_nodes)
+    if limits.max_kinds < 2 or cols.size == 0:
+        return np.zeros(cols.size, bool)
+    E = np.divide(work, cols.time_mean_s, out=np.zeros(cols.size), where=np.isfinite(cols.time_mean_s))
+    Q = np.divide(work, cols.time_q_s, out=np.zeros(cols.size), where=np.isfinite(cols.time_q_s))
+    od = ~spot_mask(cands)[cols.cand]
+    # counts beyond the point where more nodes stop helping are dominated by fewer nodes
+    start = np.flatnonzero(np.r_[True, cols.cand[1:] != cols.cand[:-1]])
+    e_prev = _segment_prev_max(E, start)
+    q_prev = _segment_prev_max(Q, start)
+    dominated = (E <= e_prev) & (Q <= q_prev)
+    if limits.anchor_share > 0:
+        dominated &= ~od
+    keep &= ~dominated
+    keys = group_keys(cands, limits.same_gpu)
+    gid: dict[tuple, int] = {}
+    cgid = np.array([gid.setdefault(k, len(gid)) for k in keys], dtype=int)
+    grp = cgid[cols.cand]
+    k = limits.max_kinds - 1
+    idx = np.flatnonzero(keep)
+    if limits.deadline_s is not None:
+        need = work / limits.deadline_s
+        others = _top_others(Q[idx], cols.cand[idx], grp[idx], k, best=True)
+        keep[idx[Q[idx] + others < need * (1 - 1e-12)]] = False
+        idx = np.flatnonzero(keep)
+    if incumbent is not None and objective == "min-cost":
+        lam = incumbent.price_rate / (work / incumbent.time_mean_s)
+        s = cols.price_rate[idx] - lam * E[idx]
+        others = _top_others(s, cols.cand[idx], grp[idx], k, best=False)
+        keep[idx[s + others >= 0]] = False
+    elif incumbent is not None and objective == "max-throughput":
+        e_inc = work / incumbent.time_mean_s
+        others = _top_others(E[idx], cols.cand[idx], grp[idx], k, best=True)
+        keep[idx[E[idx] + others <= e_inc * (1 + 1e-12)]] = False
+    if limits.budget_usd is not None:
+        idx = np.flatnonzero(keep)
+        u = cols.price_rate[idx] * work / 3600.0 - limits.budget_usd * E[idx]
+        others = _top_others(u, cols.cand[idx], grp[idx], k, best=False)
+        keep[idx[u + others > 0]] = False
+    # a mix needs at least two candidates of one group
+    idx = np.flatnonzero(keep)
+    if idx.size:
+        pairs = np.unique(np.stack([grp[idx], cols.cand[idx]]), axis=1)
+        kinds = np.bincount(pairs[0], minlength=len(gid))
+        keep[idx[kinds[grp[idx]] < 2]] = False
+    return keep
+
+
+def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float, objective: str,
+              incumbent: Outcome | None, evaluate: Callable[[Picks], Outcome], traffic: np.ndarray | None,
+              *, max_iterations: int = 60, stats: SolveStats | None = None) -> Outcome | None:
+    """Improve ``incumbent`` with heterogeneous mixes (lazy MILP, see the module docstring)."""
+    stats = stats or SolveStats()
+    t0 = time.perf_counter()
+    keep = prune(cols, cands, limits, work, objective, incumbent)
+    stats.columns_total = cols.size
+    stats.columns_after_pruning = int(keep.sum())
+    best = incumbent
+    if not keep.any():
+        stats.seconds += time.perf_counter() - t0
+        return best
+    prob = MixProblem(cols, keep, cands, limits, work, traffic)
+    seen: set[Picks] = set()
+    tol = 1e-9
+    for _ in range(max_iterations):
+        if objective == "min-cost":
+            if best is not None:
+                lam = best.price_rate / (work / best.time_mean_s)
+                picks, val = prob.solve(prob.P - lam * prob.E)
+                if picks is None or val >= -tol * max(1.0, float(np.abs(prob.P).max())):
+                    break
+            else:
+                picks, _ = prob.solve(prob.P)
+                if picks is None:
+                    break
+                lam = prob.ratio(picks)
+                for _ in range(30):  # Dinkelbach
+                    p2, val = prob.solve(prob.P - lam * prob.E)
+                    if p2 is None or val >= -tol * max(1.0, float(np.abs(prob.P).max())):
+                        break
+                    picks, lam = p2, prob.ratio(p2)
+        else:
+            floor = (work / best.time_mean_s) * (1 + 1e-9) if best is not None else 0.0
+            picks, val = prob.solve(-prob.E, extra=(prob.E, floor, np.inf) if best is not None else None)
+            if picks is None:
+                break
+        if picks in seen:  # cannot happen with the cut in place; guards against solver tolerance
+            stats.notes.append("solver returned a cut solution; stopped")
+            break
+        seen.add(picks)
+        out = evaluate(picks)
+        stats.exact_evaluations += 1
+        prob.cut(picks)
+        if out.feasible and (best is None or _better(out, best, objective)):
+            best = out
+    else:
+        stats.proven_optimal = False
+        stats.notes.append(f"stopped after {max_iterations} exact evaluations")
+    stats.milp_calls += prob.calls
+    stats.seconds += time.perf_counter() - t0
+    return best
+
+
+def _better(a: Outcome, b: Outcome, objective: str) -> bool:
+    if objective == "min-cost":
+        return a.cost_usd < b.cost_usd * (1 - 1e-12)
+    return a.time_mean_s < b.time_mean_s * (1 - 1e-12)
