@@ -1,9 +1,226 @@
-"""`spottrain run`: registered in :mod:`spottrain.cli.main`."""
+"""`spottrain run`: train on a local elastic cluster (with fault injection) or hand the job to
+SkyPilot. Thin: parse, call :mod:`spottrain.runtime`, render."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+
+from spottrain.errors import InputError
+
+err = Console(stderr=True)
+
+DEFAULT_INTERVAL_S = 60.0
+
+
+def _interval(checkpoint_interval: str | None, plan: Any) -> tuple[float | None, str]:
+    from spottrain.units import parse_duration_s
+
+    if checkpoint_interval is not None:
+        return parse_duration_s(checkpoint_interval, option="--checkpoint-interval"), "--checkpoint-interval"
+    if plan is not None and plan.checkpoint_interval_s and plan.checkpoint_interval_s > 0:
+        return float(plan.checkpoint_interval_s), "the plan (optimal under the fitted lifetime model)"
+    return DEFAULT_INTERVAL_S, "default"
+
+
+def run(
+    ctx: typer.Context,
+    backend: Annotated[str, typer.Option(help="local (processes on this machine) or skypilot (write/launch a task YAML).")] = "local",
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan file from `spottrain plan` (nodes, policy, checkpoint interval).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (local); default: the plan's node count, else 4.")] = None,
+    example: Annotated[str | None, typer.Option(help="Built-in example job: cifar-resnet or mlp (else give -- COMMAND).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps to train.")] = None,
+    global_batch: Annotated[int | None, typer.Option("--global-batch", help="Samples per step (kept across world-size changes).")] = None,
+    rescale: Annotated[str, typer.Option(help="On a world-size change: accumulate (keep the global batch) or scale-lr.")] = "accumulate",
+    inject: Annotated[str | None, typer.Option(help="Faults: kill:1@20s,sigterm:2@40s,kill:chief@step50,kill:0@ckpt.")] = None,
+    inject_trace: Annotated[Path | None, typer.Option("--inject-trace", help="JSON list of {time_s, worker, kind} (a simulator schedule).")] = None,
+    policy: Annotated[str | None, typer.Option(help="Recovery policy (default: the plan's, else replace-same).")] = None,
+    replacement_delay: Annotated[str, typer.Option("--replacement-delay", help="Time to acquire a replacement (local).")] = "2s",
+    checkpoint_dir: Annotated[Path | None, typer.Option("--checkpoint-dir", help="Checkpoint directory (default: RUN_DIR/checkpoints).")] = None,
+    checkpoint_interval: Annotated[str | None, typer.Option("--checkpoint-interval", help="Override the checkpoint interval (e.g. 30s).")] = None,
+    checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Checkpoint every N steps instead.")] = None,
+    keep: Annotated[int, typer.Option(help="Keep the newest K checkpoints.")] = 3,
+    job_id: Annotated[str | None, typer.Option("--job-id", help="Job id (checkpoints of another job are refused). Default: new.")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Logs and events (default: ./spottrain-runs/JOB_ID).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the model init and the data order.")] = 0,
+    timeout: Annotated[str, typer.Option(help="Give up after this long.")] = "30m",
+    store: Annotated[Path | None, typer.Option("--store", help="SQLite store for the run record (default: $SPOTTRAIN_STORE or the user data directory).")] = None,
+    no_record: Annotated[bool, typer.Option("--no-record", help="Do not write the run record.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="skypilot: where to write the task YAML.")] = None,
+    bucket: Annotated[str | None, typer.Option(help="skypilot: checkpoint bucket (s3://name, gs://name or a SkyPilot storage name).")] = None,
+    launch: Annotated[bool, typer.Option("--launch", help="skypilot: run `sky jobs launch` after writing the YAML.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON to stdout.")] = False,
+) -> None:
+    """Run a training job that survives revocations.
+
+    Examples:
+
+      spottrain run --backend local --workers 4 --inject kill:1@20s,sigterm:2@40s --example cifar-resnet --steps 200
+
+      spottrain run --plan plan.json --backend local -- python train.py
+
+      spottrain run --plan plan.json --backend skypilot --bucket s3://my-ckpts -o task.yaml -- python train.py
+    """
+    from spottrain.plan import Plan
+    from spottrain.units import parse_duration_s
+
+    command = list(ctx.args)
+    if example and command:
+        raise InputError("give either --example NAME or -- COMMAND, not both", column="--example")
+    if not example and not command:
+        raise InputError("nothing to run: pass --example cifar-resnet (or mlp), or -- python train.py", column="--example")
+    if rescale not in ("accumulate", "scale-lr"):
+        raise InputError(f"expected accumulate or scale-lr, got {rescale!r}", column="--rescale")
+    plan = Plan.load(plan_file) if plan_file else None
+    policy_name = policy or (plan.policy if plan else "replace-same")
+    from spottrain.policies import get_policy
+
+    get_policy(policy_name)  # unknown names fail here with a near-miss suggestion
+    if job_id is None:
+        import time
+        import uuid
+
+        job_id = time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    interval_s, interval_src = _interval(checkpoint_interval, plan)
+    settings: dict[str, str] = {"SPOTTRAIN_JOB_ID": job_id, "SPOTTRAIN_SEED": str(seed), "SPOTTRAIN_RESCALE": rescale,
+                                "SPOTTRAIN_KEEP_CHECKPOINTS": str(keep)}
+    if steps is not None:
+        settings["SPOTTRAIN_STEPS"] = str(steps)
+    if global_batch is not None:
+        settings["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = str(global_batch)
+    if checkpoint_every is not None:
+        settings["SPOTTRAIN_CHECKPOINT_EVERY_STEPS"] = str(checkpoint_every)
+    elif interval_s:
+        settings["SPOTTRAIN_CHECKPOINT_INTERVAL_S"] = f"{interval_s:g}"
+    if example:
+        from spottrain.runtime.examples import get_example
+
+        ex = get_example(example)
+        command = [sys.executable, "-m", "spottrain.runtime.examples", ex.name]
+        steps = steps or ex.steps
+
+    if backend == "skypilot":
+        _skypilot(plan, command, job_id, bucket, settings, output, launch, force, as_json, example is not None)
+        return
+    if backend != "local":
+        raise InputError(f"unknown backend {backend!r} (expected local or skypilot)", column="--backend")
+
+    from spottrain.runtime.faults import load_injection_trace, parse_injections
+    from spottrain.runtime.local import LocalJob, run_local
+
+    n = workers or (plan.nodes if plan else 4)
+    if n < 1:
+        raise InputError("must be >= 1", column="--workers")
+    injections = parse_injections(inject, workers=n) if inject else []
+    if inject_trace:
+        injections += load_injection_trace(inject_trace, workers=n)
+    run_dir = run_dir or Path("spottrain-runs") / job_id
+    ckdir = checkpoint_dir or run_dir / "checkpoints"
+    settings["SPOTTRAIN_CHECKPOINT_DIR"] = str(ckdir.resolve())
+    if plan is not None:
+        settings["SPOTTRAIN_PLANNED_WORLD_SIZE"] = str(plan.nodes)
+    price = plan.price_usd_per_hour / max(plan.nodes, 1) if plan else 0.0
+    job = LocalJob(command=command, workers=n, run_dir=run_dir.resolve(), job_id=job_id, env=settings,
+                   injections=injections, policy=policy_name,
+                   replacement_delay_s=parse_duration_s(replacement_delay, option="--replacement-delay"),
+                   steps=steps, checkpoint_dir=ckdir.resolve(), timeout_s=parse_duration_s(timeout, option="--timeout"),
+                   instance_type=plan.groups[0].instance_type if plan else "local", price_usd_per_hour=price)
+    if not as_json:
+        err.print(f"job {job_id}: {n} workers, policy {policy_name}, checkpoint "
+                  + (f"every {checkpoint_every} steps" if checkpoint_every else f"every {interval_s:g}s ({interval_src})"),
+                  highlight=False)
+    summary = _run_with_progress(job, quiet=as_json)
+    if not no_record:
+        from spottrain.runtime.record import record_run
+
+        record_run(summary, _EVENTS, store_path=str(store) if store else None,
+                   plan=plan.to_dict() if plan else None, backend="local")
+    if as_json:
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        _render(summary)
+    if not summary.ok:
+        raise typer.Exit(1)
+
+
+_EVENTS: list[dict[str, Any]] = []
+
+
+def _run_with_progress(job: Any, *, quiet: bool) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spottrain.runtime.local import run_local
+
+    shown = ("inject", "exit", "notice", "joined", "membership", "decision")
+    with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True, disable=quiet) as bar:
+        task = bar.add_task("train", total=job.steps)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "progress":
+                bar.update(task, completed=data["step"])
+                return
+            _EVENTS.append(data)
+            if not quiet and kind in shown:
+                detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("t", "time_s", "kind"))
+                bar.console.print(f"[dim]{data['time_s']:7.2f}s[/] {kind}: {detail}", highlight=False)
+
+        return run_local(job, on_event=on_event)
+
+
+def _render(s: Any) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"run {s.job_id}: {'completed' if s.ok else 'FAILED'}", box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    table.add_row("steps", f"{s.completed_steps} / {s.target_steps}")
+    table.add_row("revocations", f"{s.revocations} ({s.notices} with notice), {s.replacements} replacements joined")
+    table.add_row("lost steps", str(s.lost_steps))
+    table.add_row("max stall", f"{s.max_stall_s:.2f} s (median step {s.median_step_s or 0:.3f} s)")
+    if s.max_recovery_s is not None:
+        table.add_row("max recovery", f"{s.max_recovery_s:.2f} s (death to next completed step)")
+    table.add_row("checkpoints", f"{len(s.checkpoints)}; final: {s.final_checkpoint}")
+    table.add_row("wall time", f"{s.wall_s:.1f} s")
+    if s.failure:
+        table.add_row("failure", s.failure)
+    console.print(table)
+    console.print(f"logs: {s.run_dir}", style="dim", highlight=False)
+
+
+def _skypilot(plan: Any, command: list[str], job_id: str, bucket: str | None, settings: dict[str, str],
+              output: Path | None, launch: bool, force: bool, as_json: bool, is_example: bool) -> None:
+    from spottrain.runtime import skypilot as sk
+
+    if plan is None:
+        raise InputError("the skypilot backend needs --plan (resources come from the plan)", column="--plan")
+    if is_example:
+        command = ["python", "-m", "spottrain.runtime.examples", command[-1]]
+    task = sk.task_from_plan(plan, name=job_id, command=command, bucket=bucket, env=settings)
+    path = sk.write_task(task, output or Path(f"{job_id}.sky.yaml"), overwrite=force)
+    how = " ".join(sk.launch_command(path, job_id))
+    if as_json:
+        print(json.dumps({"task_yaml": str(path), "launch": how, "launched": launch}))
+    else:
+        err.print(f"wrote {path}", highlight=False)
+        if not bucket:
+            err.print("note: no --bucket: checkpoints stay on the nodes and do not survive a cluster recovery",
+                      highlight=False)
+    if launch:
+        code = sk.launch(path, job_id)
+        if code != 0:
+            raise typer.Exit(code)
+    elif not as_json:
+        err.print(f"launch it with: {how}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app (filled in by the run capability)."""
+    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)

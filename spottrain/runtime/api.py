@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -362,8 +361,11 @@ class Trainer:
         self._event("left", step=self.step, gen=self._gen)
         if self._elastic is not None:
             self._elastic.set(f"left/{self.worker_id}", self.step)
-        self._teardown()
-        sys.exit(EXIT_LEFT)
+        if self._events is not None:
+            self._events.flush()
+        # Everything durable is written (checkpoint waited for, events flushed). Exit now: a
+        # preempted node has seconds left, and tearing down gloo's threads can take several.
+        os._exit(EXIT_LEFT)
 
     def _checkpoint_due(self) -> bool:
         cfg = self.config
@@ -423,6 +425,12 @@ class Trainer:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         except ValueError:  # not the main thread
             pass
+        source = os.environ.get("SPOTTRAIN_NOTICE_SOURCE")  # aws | gcp: poll the metadata service
+        if source:
+            from spottrain.runtime.watcher import make_watcher, start_watcher
+
+            watcher = make_watcher(source, os.environ.get("SPOTTRAIN_NOTICE_URL") or None)
+            start_watcher(watcher, lambda notice: self._on_sigterm(signal.SIGTERM, None))
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         # Only a flag: the step boundary acts on it (store and collectives are not reentrant).

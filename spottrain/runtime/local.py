@@ -89,6 +89,8 @@ class _Controller:
         self.slot_wid = {i: f"w{i}" for i in range(job.workers)}
         self.finished = False
         self.failed: str | None = None
+        self._last_progress_t = 0.0
+        self._last_progress = -1
 
     # ---------------------------------------------------------------- helpers
     def now(self) -> float:
@@ -212,6 +214,13 @@ class _Controller:
                 self.record("left", worker=w.wid, slot=w.slot)
                 if not self.finished:
                     self.publish([m for m in self.members if self._alive(m) and m != w.wid])
+                    self.decide("revoked", w.wid, w.slot)
+        if now - self._last_progress_t >= 0.25:
+            self._last_progress_t = now
+            step = self._progress()
+            if step != self._last_progress:
+                self._last_progress = step
+                self.on_event("progress", {"step": step, "time_s": now})
         for start_at, slot in list(self.pending):
             if now >= start_at and not self.finished:
                 self.pending.remove((start_at, slot))
@@ -248,7 +257,9 @@ class _Controller:
             return
         kind = "left" if code == EXIT_LEFT else "revoked"
         self.record("exit", worker=w.wid, slot=w.slot, code=code, how=kind)
-        if w.wid in self.members and (kind == "revoked" or not w.leaving):
+        if w.leaving:
+            return  # handled when it announced it was leaving
+        if w.wid in self.members:
             survivors = [m for m in self.members if self._alive(m)]
             if survivors:
                 self.publish(survivors)

@@ -62,9 +62,11 @@ def summarize(*, job: Any, controller_events: list[dict[str, Any]], wall0: float
     gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
     median = sorted(gaps)[len(gaps) // 2] if gaps else None
     losses = [e for e in controller_events if e["kind"] == "exit"]
+    left_at = {e["worker"]: e["t"] for e in controller_events if e["kind"] == "left"}
     recoveries = []
     for ev in losses:
-        t = ev["t"]
+        # A leaver stops training when it announces it leaves, not when its process is gone.
+        t = left_at.get(ev["worker"], ev["t"]) if ev["how"] == "left" else ev["t"]
         before = max((s for ts, s in steps if ts <= t), default=0)
         after = next(((ts, s) for ts, s in steps if ts > t), None)
         rec = {"time_s": ev["time_s"], "worker": ev["worker"], "how": ev["how"], "code": ev["code"],
