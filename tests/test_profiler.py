@@ -241,3 +241,41 @@ def test_rnn_flops_are_counted_on_cpu():
     lstm = 2 * 2 * 4 * hidden * (2 * hidden)  # 2 layers, 4 gates, input+hidden weights, 2 FLOPs/MAC
     decoder = 2 * hidden * vocab
     assert p.flops_per_sample_forward == pytest.approx(steps * (lstm + decoder), rel=1e-6)
+
+
+def test_loss_curve_on_user_data(tmp_path, monkeypatch):
+    _write_module(tmp_path, monkeypatch, "userdata_lc", """
+        import torch
+        torch.manual_seed(0)
+        W = torch.randn(6, 3)
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(6, 3)
+            def forward(self, x, y):
+                return torch.nn.functional.cross_entropy(self.fc(x), y)
+        def build(batch_size=8):
+            x = torch.randn(batch_size, 6)
+            return Net(), (x, (x @ W).argmax(1))
+        def data():
+            # A learnable task: labels from a fixed linear teacher; 10 batches.
+            g = torch.Generator().manual_seed(1)
+            out = []
+            for _ in range(10):
+                x = torch.randn(32, 6, generator=g)
+                out.append((x, (x @ W).argmax(1)))
+            return out
+        def data_once():
+            return iter(data())
+        def not_iterable():
+            return 5
+    """)
+    # A list is cycled like epochs; an iterator runs once.
+    p = prof.profile_entry_point("userdata_lc:build", 8, data_spec="userdata_lc:data", loss_steps=15, lr=0.5, **QUICK)
+    assert len(p.loss_curve) == 15 and not p.notes
+    assert sum(v for _, v in p.loss_curve[-3:]) < sum(v for _, v in p.loss_curve[:3])
+    assert p.loss_curve_source == "user data from userdata_lc:data"
+    p = prof.profile_entry_point("userdata_lc:build", 8, data_spec="userdata_lc:data_once", loss_steps=15, **QUICK)
+    assert len(p.loss_curve) == 10 and any("ran out" in n for n in p.notes)
+    with pytest.raises(InputError, match="expected an iterable"):
+        prof.profile_entry_point("userdata_lc:build", 8, data_spec="userdata_lc:not_iterable", loss_steps=2, **QUICK)

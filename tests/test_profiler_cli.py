@@ -71,3 +71,30 @@ def test_list_models():
     out = cli("profile", "--list-models", "--json")
     names = [m["name"] for m in json.loads(out.stdout)]
     assert {"resnet50", "resnet32", "vgg16", "bert-base", "gpt2-small", "transformer-base", "lstm-lm"} <= set(names)
+
+
+def test_ctrl_c_during_measurement_leaves_store_empty_and_consistent(tmp_path):
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    store = tmp_path / "s.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spottrain.cli.main", "profile", "--model", "resnet32", "-b", "32",
+         "--iterations", "1000", "--store", str(store)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 60
+    while not store.exists() and time.time() < deadline:  # the store is opened before measuring
+        time.sleep(0.1)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    conn = sqlite3.connect(store)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT COUNT(*) FROM profiles").fetchone()[0] == 0
+    conn.close()
+    assert json.loads(cli("profiles", "list", "--json", "--store", str(store)).stdout) == []

@@ -146,9 +146,9 @@ def profile(
             result = prof.profile_entry_point(model, batch_size, data_spec=data, **kwargs, **({"name": name} if name else {}))
         else:
             if data is not None:
-                from spottrain.profiler.entry import load_entry_point
+                from spottrain.profiler.entry import load_data
 
-                kwargs["data"] = load_entry_point(data, option="--data")()
+                kwargs["data"] = load_data(data)
                 kwargs["data_description"] = f"user data from {data}"
             result = prof.profile_zoo(model, batch_size, **kwargs)
             if name:

@@ -82,3 +82,15 @@ def call_entry_point(func: Callable[..., Any], spec: str, batch_size: int | None
             got = f"{got} of ({', '.join(type(x).__name__ for x in result)})"
         raise InputError(f"{spec} returned {got}; expected a tuple (torch.nn.Module, batch)", column=option)
     return result[0], result[1]
+
+
+def load_data(spec: str, *, option: str = "--data") -> Any:
+    """Call a ``module:function`` that returns an iterable of batches (for the loss curve)."""
+    func = load_entry_point(spec, option=option)
+    try:
+        data = func()
+    except Exception as exc:
+        raise InputError(f"{spec} raised {type(exc).__name__}: {exc}", column=option) from None
+    if not (callable(data) or hasattr(data, "__iter__")):
+        raise InputError(f"{spec} returned {type(data).__name__}; expected an iterable of batches", column=option)
+    return data

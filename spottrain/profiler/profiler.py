@@ -40,7 +40,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from spottrain.errors import InputError
 from spottrain.profiler import zoo
 from spottrain.profiler.device import available_memory_bytes, device_info, library_versions
-from spottrain.profiler.entry import call_entry_point, load_entry_point
+from spottrain.profiler.entry import call_entry_point, load_data, load_entry_point
 from spottrain.profiler.schema import PhaseTiming, Profile
 
 ProgressFn = Callable[[str, int, int], None]
@@ -318,7 +318,9 @@ def profile(
         if batch_fn is None:
             raise InputError("no batch: pass batch_fn or let model_fn return (model, batch)")
         if make_batch is not None:
-            batch = make_batch(batch_size or 1)
+            if batch_size is None:
+                raise InputError("batch_fn is a function: pass batch_size as well", column="--batch-size")
+            batch = make_batch(batch_size)
         else:
             batch = batch_fn
     full = infer_batch_size(batch)
@@ -541,12 +543,8 @@ def profile_entry_point(spec: str, batch_size: int | None = None, *, data_spec: 
     func = load_entry_point(spec)
     model, batch = call_entry_point(func, spec, batch_size)
     if data_spec is not None:
-        data_func = load_entry_point(data_spec, option="--data")
-        try:
-            kwargs["data"] = data_func()
-            kwargs.setdefault("data_description", f"user data from {data_spec}")
-        except Exception as exc:
-            raise InputError(f"{data_spec} raised {type(exc).__name__}: {exc}", column="--data") from None
+        kwargs["data"] = load_data(data_spec)
+        kwargs.setdefault("data_description", f"user data from {data_spec}")
     kwargs.setdefault("name", spec)
     return profile(lambda: (model, batch), None, batch_size=batch_size, **kwargs)
 
