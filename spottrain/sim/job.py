@@ -244,6 +244,7 @@ class JobRun:
         self._views: tuple[NodeView, ...] | None = None
         self._wake_pending = False
         self._queues: dict[str, list[_Node]] = {"boot": [], "notice": [], "revoke": []}
+        self._buckets: dict[tuple[str, float], list[Any]] = {}
         self._flushers = {"boot": self._flush_boots, "notice": self._flush_notices, "revoke": self._flush_revocations}
         self.tl: dict[str, list] | None = (
             {"membership": [(0.0, 0)], "progress": [(0.0, 0.0)], "checkpoints": [], "revocations": [],
@@ -369,7 +370,7 @@ class JobRun:
             delay = self.s.params.startup_s
         if node.acq == INF or node.acq > self.s.horizon_s:
             return
-        self.env.call_at(node.acq, lambda: self._granted(node, delay))
+        self._at(node.acq, "grant", (node, delay))
 
     def _delay(self, t: NodeType) -> float:
         if self.rev.kind == "trace":
@@ -399,9 +400,33 @@ class JobRun:
             if rv < INF:
                 notice = _deps.NOTICE_S.get(node.type.cloud, 30.0)
                 if rv - notice > now + delay:
-                    self.env.call_at(rv - notice, lambda: self._defer("notice", node))
-                self.env.call_at(node.revoke_at, lambda: self._defer("revoke", node))
-        self.env.call_at(now + delay, lambda: self._defer("boot", node))
+                    self._at(rv - notice, "notice", node)
+                self._at(node.revoke_at, "revoke", node)
+        self._at(now + delay, "boot", node)
+
+    def _at(self, time: float, kind: str, item: Any) -> None:
+        """Schedule a node event; events of one kind at one instant share one queue entry
+        (a trace often revokes or grants many nodes at once)."""
+        key = (kind, time)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            self._buckets[key] = [item]
+            self.env.call_at(time, lambda: self._fire(key))
+        else:
+            bucket.append(item)
+
+    def _fire(self, key: tuple[str, float]) -> None:
+        items = self._buckets.pop(key)
+        kind = key[0]
+        if kind == "grant":
+            for node, delay in items:
+                self._granted(node, delay)
+            return
+        q = self._queues[kind]
+        was_empty = not q
+        q.extend(items)
+        if was_empty:
+            self.env.call_at(self.env.now, self._flushers[kind], priority=2)
 
     def _defer(self, kind: str, node: _Node) -> None:
         """Queue a node event; all events of one kind at one instant are handled together."""
@@ -531,17 +556,17 @@ class JobRun:
     def _view(self, node: _Node) -> NodeView:
         if node.view is None:
             t = node.type
-            node.view = NodeView(node_id=node.id, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
-                                 price_usd_per_hour=t.price_usd_per_hour, throughput=0.0)
+            node.view = _fast(NodeView, node_id=node.id, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot,
+                              zone=t.zone, price_usd_per_hour=t.price_usd_per_hour, throughput=0.0)
         return node.view
 
     def _node_views(self) -> tuple[NodeView, ...]:
         if self._views is None:
             w = sum(n.type.weight for n in self.live.values()) or 1.0
+            r = self.rate / w
             self._views = tuple(
-                NodeView(node_id=n.id, instance_type=n.type.instance_type, gpu=n.type.gpu, spot=n.type.spot,
-                         zone=n.type.zone, price_usd_per_hour=n.type.price_usd_per_hour,
-                         throughput=self.rate * n.type.weight / w)
+                _fast(NodeView, node_id=n.id, instance_type=n.type.instance_type, gpu=n.type.gpu, spot=n.type.spot,
+                      zone=n.type.zone, price_usd_per_hour=n.type.price_usd_per_hour, throughput=r * n.type.weight)
                 for n in self.live.values()
             )
         return self._views
@@ -550,14 +575,14 @@ class JobRun:
         s = self.s
         nodes = self._node_views()
         planned = s.planned_views if extra_view is None else s.planned_views + (extra_view,)
-        state = JobState(
-            now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
+        state = _fast(
+            JobState, now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
             pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
             deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s, options=s.options,
             on_demand_fallback=s.od_fallback,
         )
         decision = s.policy(state)
-        if decision != _NOTHING:
+        if decision is not _NOTHING and decision != _NOTHING:
             self._apply(decision)
 
     def _apply(self, d: Decision) -> None:
@@ -627,3 +652,16 @@ class JobRun:
 
 
 _NOTHING = Decision()
+
+
+def _fast(cls: type, **fields: Any) -> Any:
+    """Build a frozen dataclass instance without its __init__.
+
+    The generated __init__ of a frozen dataclass sets every field through object.__setattr__;
+    filling the instance dict directly gives an identical (equal, hashable, immutable to user
+    code) object several times faster. The policy is asked hundreds of times per run. All
+    fields must be given.
+    """
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
