@@ -109,3 +109,17 @@ def test_uniform_progress_meets_deadline_on_a_dead_market(tmp_path):
     same = _setup(tmp_path, plan, rows, "replace-same").run(0)
     assert up.switched_on_demand and up.deadline_met
     assert not same.deadline_met
+
+
+def test_price_changes_are_billed_and_reach_the_policy(tmp_path):
+    plan = make_plan(nodes=2, hours=2.0, deadline_h=None)
+    prices = write_trace(tmp_path / "synthetic_prices.csv",
+                         [(0, "us-west-2b/p3.2xlarge", "price", 1.0), (3750, "us-west-2b/p3.2xlarge", "price", 3.0)],
+                         kind="price")
+    params = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, price_trace=prices)
+    r = _setup(tmp_path, plan, [(0, "z", "available", 2)], "replan-on-price", params=params).run(0, record=True)
+    # billed from t=0: 2 nodes at $1/h until 3750 s, then $3/h until the end
+    expected = 2 * (1.0 * 3750 + 3.0 * (r.makespan_s - 3750)) / 3600
+    assert r.cost_usd == pytest.approx(expected)
+    # the only option is the same type at the new price: no re-plan is worth it
+    assert r.replacements == 0

@@ -25,6 +25,7 @@ def simulate(
     plan: Annotated[Path, typer.Option("--plan", help="Plan file written by `spottrain plan`.")],
     trace: Annotated[str | None, typer.Option(help="Replay this trace (name from `spottrain transience --list`, or a CSV).")] = None,
     model: Annotated[str | None, typer.Option(help="'fitted': sample lifetimes from the fitted lifetime model instead.")] = None,
+    prices: Annotated[str | None, typer.Option(help="Replay spot prices from this price trace (e.g. aws-spot-prices-2022-05).")] = None,
     runs: Annotated[int, typer.Option(help="Monte Carlo runs per policy.")] = 1000,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Policy to simulate (repeat); default: the plan's and the baselines.")] = None,
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
@@ -55,17 +56,22 @@ def simulate(
         if timeline.exists() and not force:
             raise InputError("file exists; pass --force to overwrite it", file=str(timeline))
     the_plan = Plan.load(plan)
+    from spottrain.sim.job import SimParams
+
+    params = SimParams(price_trace=prices)
     policies = policy or None
     total = runs * len(policies or ([the_plan.policy] + [p for p in montecarlo.DEFAULT_POLICIES if p != the_plan.policy]))
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
         task = bar.add_task("runs", total=total)
         res = montecarlo.simulate(the_plan, trace=trace, model=model == "fitted", policies=policies, runs=runs,
-                                  seed=seed, workers=workers, progress=lambda n: bar.advance(task, n))
+                                  seed=seed, workers=workers, params=params,
+                                  progress=lambda n: bar.advance(task, n))
     first = res.summaries[0].policy
     one = None
     if timeline is not None or report is not None:
-        one = montecarlo.timeline_run(the_plan, trace=trace, model=model == "fitted", policy=first, seed=seed)
+        one = montecarlo.timeline_run(the_plan, trace=trace, model=model == "fitted", policy=first, seed=seed,
+                                      params=params)
     if timeline is not None:
         timeline.parent.mkdir(parents=True, exist_ok=True)
         timeline.write_bytes(timeline_png(one, title=f"{the_plan.cluster}, policy {first}, run 0 (seed {seed})"))

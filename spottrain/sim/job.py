@@ -32,6 +32,7 @@ its seed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,8 @@ class SimParams:
     """Share of the checkpoint cost that stalls training (asynchronous checkpointing: < 1)."""
     startup_s: float | None = None
     """Fixed delay from grant to join for every node; None: the cloud's start-up / replacement-delay model."""
+    price_trace: str | None = None
+    """A trace with ``price`` events replayed from its start: spot prices of matching instance types."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,8 +186,10 @@ class SimSetup:
                      price_usd_per_hour=t.price_usd_per_hour, throughput=t.weight * tp_per_weight)
             for i, t in enumerate(self.planned_types)
         )
+        self.tp_per_weight = tp_per_weight
         self.options = tuple(self._option(t, tp_per_weight) for t in self.types.values())
         self.od_fallback = tuple(self._option(t, tp_per_weight) for t in self.fallback_types)
+        self.price_events = self._price_events(p.price_trace) if p.price_trace else []
 
     def _type(self, cloud, itype, gpu, gpn, spot, zone, price) -> NodeType:
         key = (itype, spot, zone)
@@ -199,6 +204,29 @@ class SimSetup:
                           price_usd_per_hour=t.price_usd_per_hour, throughput=t.weight * tp_per_weight,
                           delay_s=_deps.startup_s(t.cloud) + self.restart_s,
                           p_available=getattr(self.source, "mean_up_fraction", 1.0) if t.spot else 1.0)
+
+    def _price_events(self, name: str) -> list[tuple[float, tuple[str, bool, str | None], float]]:
+        """``(time_s, type key, USD/h)`` for the spot types of the plan, from a price trace.
+
+        A source ``zone/instance_type`` (or just ``instance_type``) matches a type by instance type;
+        the type's own zone is preferred when the trace has it, else the first such source."""
+        from spottrain.errors import InputError
+
+        trace = _deps.load_trace(name)
+        events = [e for e in trace.events if e.event == "price" and e.value is not None]
+        out = []
+        for key, t in self.types.items():
+            if not t.spot:
+                continue
+            srcs = [src for src in dict.fromkeys(e.source for e in events) if src.split("/")[-1] == t.instance_type]
+            if not srcs:
+                continue
+            src = next((x for x in srcs if t.zone and x.startswith(t.zone)), srcs[0])
+            out += [(e.time_s, key, float(e.value)) for e in events if e.source == src]
+        if not out:
+            raise InputError(f"price trace {name} has no prices for the plan's spot instance types "
+                             f"({', '.join(sorted({t.instance_type for t in self.types.values() if t.spot}))})")
+        return sorted(out)
 
     def type_for(self, option: NodeOption) -> NodeType:
         t = self.types.get((option.instance_type, option.spot, option.zone))
@@ -234,6 +262,9 @@ class JobRun:
         self.cost = 0.0
         self.cost_rate = 0.0
         self.cost_since = 0.0
+        self.prices: dict[tuple[str, bool, str | None], float] = {}
+        """Current price of a type whose price moved (others: the plan's price)."""
+        self.options = setup.options
         self.chief: str | None = None
         self.done = self.env.event()
         self.finished = self.failed = self.switched = False
@@ -391,7 +422,7 @@ class JobRun:
         now = self.env.now
         self._bill()
         self.billed[node.id] = node
-        self.cost_rate += node.type.price_usd_per_hour / 3600.0
+        self.cost_rate += self._price_of(node.type) / 3600.0
         if node.type.spot:
             rv = self.rev.revoke_time(now, node.slot)
             if node.type.cloud == "gcp":
@@ -488,7 +519,7 @@ class JobRun:
         if node.id in self.billed:
             self._bill()
             del self.billed[node.id]
-            self.cost_rate = max(self.cost_rate - node.type.price_usd_per_hour / 3600.0, 0.0)
+            self.cost_rate = max(self.cost_rate - self._price_of(node.type) / 3600.0, 0.0)
         if node.slot >= 0 and node.slot < self.s.spot_nodes:
             self.free_slots.append(node.slot)
             self.free_slots.sort()
@@ -557,7 +588,7 @@ class JobRun:
         if node.view is None:
             t = node.type
             node.view = _fast(NodeView, node_id=node.id, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot,
-                              zone=t.zone, price_usd_per_hour=t.price_usd_per_hour, throughput=0.0)
+                              zone=t.zone, price_usd_per_hour=self._price_of(t), throughput=0.0)
         return node.view
 
     def _node_views(self) -> tuple[NodeView, ...]:
@@ -566,7 +597,7 @@ class JobRun:
             r = self.rate / w
             self._views = tuple(
                 _fast(NodeView, node_id=n.id, instance_type=n.type.instance_type, gpu=n.type.gpu, spot=n.type.spot,
-                      zone=n.type.zone, price_usd_per_hour=n.type.price_usd_per_hour, throughput=r * n.type.weight)
+                      zone=n.type.zone, price_usd_per_hour=self._price_of(n.type), throughput=r * n.type.weight)
                 for n in self.live.values()
             )
         return self._views
@@ -578,7 +609,7 @@ class JobRun:
         state = _fast(
             JobState, now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
             pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
-            deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s, options=s.options,
+            deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s, options=self.options,
             on_demand_fallback=s.od_fallback,
         )
         decision = s.policy(state)
@@ -617,6 +648,28 @@ class JobRun:
         if d.request:
             self._request([self.s.type_for(o) for o in d.request])
 
+    def _price_of(self, t: NodeType) -> float:
+        return self.prices.get((t.instance_type, t.spot, t.zone), t.price_usd_per_hour) if self.prices else t.price_usd_per_hour
+
+    def _price_change(self, key: tuple[str, bool, str | None], price: float) -> None:
+        if self.done.triggered:
+            return
+        t = self.s.types[key]
+        old = self._price_of(t)
+        if price == old:
+            return
+        self._bill()
+        billed = sum(1 for n in self.billed.values() if n.type is t)
+        self.cost_rate = max(self.cost_rate + billed * (price - old) / 3600.0, 0.0)
+        self.prices[key] = price
+        self.options = tuple(dataclasses.replace(o, price_usd_per_hour=self.prices.get(
+            (o.instance_type, o.spot, o.zone), o.price_usd_per_hour)) for o in self.s.options)
+        for n in self.live.values():
+            n.view = None
+        self._views = None
+        self._account()
+        self._decide("price_change", None)
+
     # ------------------------------------------------------------ driver
     def _ticker(self):
         while True:
@@ -632,6 +685,9 @@ class JobRun:
         self._request(list(s.planned_types), initial=True)
         if s.ticks:
             env.process(self._ticker(), "ticker")
+        for t, key, price in s.price_events:
+            if t <= s.horizon_s:
+                env.call_at(t, lambda key=key, price=price: self._price_change(key, price))
         env.call_at(s.horizon_s, lambda: self._finish(False))
         env.run(until=self.done)
         makespan = env.now

@@ -151,6 +151,8 @@ def simulate(
     notes = [f"revocations: {source.description}", f"throughput: {first.throughput_desc}",
              f"checkpoint cost {first.checkpoint_cost_s:.0f} s every {first.interval_s:.0f} s of training; "
              f"restart {first.restart_s:.0f} s"]
+    if params is not None and params.price_trace:
+        notes.append(f"prices: replayed from {params.price_trace} ({len(first.price_events)} price events for the plan's types)")
     workers = workers if workers is not None else (min(os.cpu_count() or 1, 4) if runs * len(policies) >= 400 else 1)
     results: dict[str, list[RunResult]] = {}
     if workers > 1:
