@@ -24,7 +24,7 @@ def _f(x: float | None, fmt: str = ".1f") -> str:
 def simulate(
     plan: Annotated[Path, typer.Option("--plan", help="Plan file written by `spottrain plan`.")],
     trace: Annotated[str | None, typer.Option(help="Replay this trace (name from `spottrain transience --list`, or a CSV).")] = None,
-    model: Annotated[str | None, typer.Option(help="'fitted': sample lifetimes from the fitted lifetime model instead.")] = None,
+    model: Annotated[str | None, typer.Option(help="'fitted': sample lifetimes from the fitted lifetime model (the default without --trace).")] = None,
     prices: Annotated[str | None, typer.Option(help="Replay spot prices from this price trace (e.g. aws-spot-prices-2022-05).")] = None,
     runs: Annotated[int, typer.Option(help="Monte Carlo runs per policy.")] = 1000,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Policy to simulate (repeat); default: the plan's and the baselines.")] = None,

@@ -109,8 +109,8 @@ def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = 
 
 
 def make_source(plan: Plan, *, trace: str | None, model: bool, params: SimParams | None = None) -> Any:
-    if (trace is None) == (not model):
-        raise InputError("give either --trace NAME or --model fitted", column="--trace/--model")
+    if trace is not None and model:
+        raise InputError("give either --trace NAME or --model fitted, not both", column="--trace/--model")
     params = params or SimParams()
     horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
     if trace is not None:
@@ -132,7 +132,8 @@ def simulate(
     runs: int = 1000, seed: int = 0, params: SimParams | None = None, workers: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
-    """Simulate ``runs`` runs of ``plan`` under each policy against a trace or the fitted model.
+    """Simulate ``runs`` runs of ``plan`` under each policy against a trace (``trace``) or
+    lifetimes sampled from the fitted model (``model=True``, also the default without a trace).
 
     >>> res = simulate(plan, trace="bamboo-aws-p3", runs=100)   # doctest: +SKIP
     >>> res.summaries[0].cost_usd.mean                          # doctest: +SKIP
