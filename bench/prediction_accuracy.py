@@ -95,14 +95,19 @@ def report(name, n, ours, base_lin=math.nan, base_peak=math.nan, goal="", extra=
     print(f"{name:58s} {n:5d} {ours:7.1f} {base_lin:9.1f} {base_peak:9.1f}  {goal:8s} {extra}", flush=True)
 
 
-def leave_groups_out(rows, key, test_filter, prior="physics"):
-    """For each group, train on every row outside the group's test rows, predict them."""
+def leave_groups_out(rows, key, test_filter, prior="physics", whole_group=False):
+    """For each group, train on every row outside the group's test rows, predict them.
+
+    ``whole_group``: train on no row of the group at all (unseen model / unseen GPU); else the
+    group's other rows (its 1-worker or 1-PS measurements) stay in training. ``prior`` may be a
+    function of the group, so that a prior never contains the held-out GPU.
+    """
     groups = sorted({key(m) for m in rows if test_filter(m)})
     pred, lin, peak, ys = [], [], [], []
     for g in groups:
         test = [m for m in rows if key(m) == g and test_filter(m)]
-        train = [m for m in rows if not (key(m) == g and test_filter(m))]
-        model = fit(train, prior)
+        train = [m for m in rows if key(m) != g] if whole_group else [m for m in rows if not (key(m) == g and test_filter(m))]
+        model = fit(train, prior(g) if callable(prior) else prior)
         pred.extend(predict(model, test)); lin.extend(linear_baseline(train, test)); peak.extend(peak_baseline(train, test))
         ys.extend(obs(test))
     pred, lin, peak, ys = map(np.array, (pred, lin, peak, ys))
@@ -120,20 +125,21 @@ def main() -> None:
     print(f"{'experiment (held-out MAPE %)':58s} {'rows':>5s} {'ours':>7s} {'linear':>9s} {'peak-FLOPS':>9s}  goal")
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows
 
-    # 1. Single-GPU speed of unseen models (leave one model out; CM-DARE K80/P100/V100).
-    n, o, l, p = leave_groups_out(tf_rows, lambda m: m.model, single, prior=lam_prior)
+    # 1. Single-GPU speed of unseen models (leave one model out: none of its rows, any GPU or size, is trained on).
+    n, o, l, p = leave_groups_out(tf_rows, lambda m: m.model, single, prior=lam_prior, whole_group=True)
     report("single-GPU speed, unseen model (CM-DARE, LOMO)", n, o, l, p, "-")
 
-    # 2. Cross-GPU: train on K80 rows only, predict V100 and P100 single-GPU speed.
+    # 2. Cross-GPU: train on K80 rows only, predict V100 and P100 single-GPU speed; the prior is
+    #    fitted on the Lambda rows of the other GPUs, so nothing measured on the target GPU is seen.
     train = [m for m in tf_rows if gpu_of(m) == "K80"]
     for tgt in ("V100", "P100"):
         test = [m for m in tf_rows if gpu_of(m) == tgt and single(m)]
-        model = fit(train, lam_prior)
+        model = fit(train, fit([m for m in lam if gpu_of(m) != tgt]))
         report(f"cross-GPU K80 -> {tgt} (CM-DARE+transient-dl)", len(test), score(predict(model, test), obs(test)),
                math.nan, score(peak_baseline(train, test), obs(test)), "<= 10")
 
     # 3. Lambda: leave one GPU type out (single-GPU rows), prior = physics only.
-    n, o, l, p = leave_groups_out(lam, lambda m: (gpu_of(m)), single)
+    n, o, l, p = leave_groups_out(lam, lambda m: (gpu_of(m)), single, whole_group=True)
     report("cross-GPU, leave one GPU type out (Lambda, 1 GPU)", n, o, l, p, "<= 10")
 
     # 4. Cluster scaling 1 -> 8 workers (async PS, 1 PS): hold out N>1 of one (model, GPU) series.
@@ -166,20 +172,25 @@ def main() -> None:
             extra = f"with correction (auto): {co['mape']:.1f}"
         report(f"random 5-fold CV, all rows ({name})", len(rows), an["mape"], score(lin, an["obs"]), math.nan, "<= 5", extra)
 
-    # 8. Steps to target error (1 - accuracy), leave one worker count out.
+    # 8. Steps to target error (1 - accuracy), leave one worker count out: ours (staleness form, LR
+    #    phases found in the training curves) vs spotDNN's loss model as published (one hyperbola).
     curves = curves_from_rows(load_accuracy_curves())
-    errs, base = [], []
+    errs, spot, base = [], [], []
     for n_out in sorted(curves):
-        model = ConvergenceModel().fit([c for n, c in curves.items() if n != n_out])
+        train = [c for n, c in curves.items() if n != n_out]
+        ours = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(train)
+        spotdnn = ConvergenceModel().fit(train)
         ref = curves[1] if n_out != 1 else curves[2]
         for target in (0.20, 0.15, 0.12):
             meas = _steps_to(curves[n_out], target)
             if meas is None:
                 continue
-            errs.append(abs(model.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
+            errs.append(abs(ours.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
+            spot.append(abs(spotdnn.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
             base.append(abs((_steps_to(ref, target) or math.nan) - meas) / meas * 100)
     report("steps to target error, leave one worker count out (transient-dl)", len(errs), float(np.mean(errs)),
-           float(np.nanmean(base)), math.nan, "<= 8", "baseline: steps of the 1-worker curve")
+           float(np.nanmean(base)), math.nan, "<= 8",
+           f"baseline: steps of the 1-worker curve; spotDNN's loss model: {np.mean(spot):.1f}")
 
     # 9. Speed of predict_throughput.
     w = Workload.from_zoo("resnet50", 64)

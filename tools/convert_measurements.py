@@ -39,7 +39,7 @@ from collections import defaultdict
 T2T_BATCH = 128
 COLUMNS = [
     "model", "batch_size", "cluster", "ps", "sync", "throughput",
-    "network_gbps", "flops_per_sample", "param_count", "precision", "source",
+    "network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "source",
 ]
 # Model FLOPs (TFProf, fwd+bwd per sample) and parameter counts from CM-DARE's feature tables.
 CMDARE_NAMES = {
@@ -62,6 +62,17 @@ def _read_tb(path: str) -> list[float]:
 def _model_name(label: str) -> str:
     label = CMDARE_NAMES.get(label, label)
     return "t2t-" + label.replace(" ", "").lower()
+
+
+def cmdare_tensor_counts(data: str) -> dict[str, int]:
+    """``Number of Tensors`` (TensorFlow variables) per model, from the tables that have the column."""
+    counts: dict[str, int] = {}
+    for name in ("0latency_norm_computation.csv", "0latency_k80_new.csv", "0latency_k80_test.csv"):
+        with open(os.path.join(data, "cmdare/processed_data/speed_data", name), newline="") as fh:
+            for r in csv.DictReader(fh):
+                if r.get("Number of Tensors") and r.get("Model (temp)"):
+                    counts[_model_name(r["Model (temp)"])] = int(float(r["Number of Tensors"]))
+    return counts
 
 
 def cmdare_features(data: str) -> dict[str, tuple[float, int]]:
@@ -110,6 +121,9 @@ def cmdare_rows(data: str) -> list[dict]:
         rows.append(dict(model=model, batch_size=T2T_BATCH, cluster=f"{m.group(2)}x{gpu}", ps=ps, sync="async",
                          throughput=round(rate * T2T_BATCH, 3), flops_per_sample=flops, param_count=params,
                          precision="fp32", source=f"cmdare/speed_and_cluster_size/{folder}"))
+    tensors = cmdare_tensor_counts(data)
+    for r in rows:
+        r["tensor_count"] = tensors.get(r["model"], "")
     return rows
 
 
@@ -152,7 +166,8 @@ def transient_rows(data: str) -> list[dict]:
         rate = statistics.median(_run_rates(path, "Run"))
         rows.append(dict(model="t2t-res32", batch_size=T2T_BATCH, cluster=f"{n}x{gpu}", ps=ps, sync="async",
                          throughput=round(rate * T2T_BATCH, 3), flops_per_sample=flops, param_count=params,
-                         precision="fp32", source="transient-dl/" + os.path.relpath(os.path.dirname(path), base)))
+                         precision="fp32", source="transient-dl/" + os.path.relpath(os.path.dirname(path), base),
+                         tensor_count=cmdare_tensor_counts(data)["t2t-res32"]))
     return rows
 
 

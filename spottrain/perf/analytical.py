@@ -1,27 +1,39 @@
-"""The analytical throughput model: compute time from FLOPs, communication from gradient bytes.
+"""The analytical throughput model: roofline compute time, link-bound communication, PS queueing.
 
-Per GPU of type g and a model m at per-GPU batch b (samples) and F FLOPs per sample::
+**Compute** of one GPU of type g on a model at per-GPU batch b (F FLOPs per sample, P
+parameters in n_t tensors), a two-term roofline::
 
-    P_eff  = P_fp32 * (P_fast / P_fp32) ** lam          fast path: fp16 tensor cores (lam16) or TF32 (lam_tf32)
-    log e  = c0 + w_bw * log(BW / P_eff / 0.05 B/FLOP) + w_size * (log(b F) - 26) + e_g + e_m
-    t_comp = tau + b F / (P_eff * e)                     (e: achieved fraction; roofline via w_bw)
+    P_eff  = P_fp32 * (P_fast / P_fp32) ** lam              fast path: fp16 tensor cores (lam16) or TF32 (lam_tf32)
+    e      = logistic(c0 + w_size * (log(b F) - 26))         achieved fraction of peak; bigger steps keep the GPU busier
+    AI     = ai0 * (P / n_t / 2e4) ** w_ai  (x2 at fp16)     FLOPs per byte of activation traffic: grows with layer width
+    t_comp = tau + tau_t * n_t                               fixed + per-tensor (per-layer dispatch) overhead
+             + b F (1 / (P_eff e) + 1 / (AI BW)) * exp(-(level + e_g + e_m + e_gm))
 
-e_g and e_m are per-GPU and per-model deviations, plus a smaller per-(GPU, model) interaction,
-fitted with a ridge prior (0 when unseen), so an unseen GPU is predicted from its peak FLOPS and
-memory bandwidth and an unseen model from its FLOPs.
+The memory term makes narrow-layer models (low arithmetic intensity) gain less from a GPU with
+more FLOPS than memory bandwidth. e_g, e_m and e_gm are per-GPU, per-model and per-(GPU, model)
+speed deviations fitted with a ridge prior (0 when unseen): an unseen GPU is predicted from its
+peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer width.
 
-Communication of S gradient bytes (fp32: 4 x parameters):
+**Communication** of S gradient bytes (fp32: 4 x parameters):
 
 * inside a node of G GPUs: ring all-reduce ``2 (G-1)/G S / B_link`` (NVLink per direction, else PCIe);
 * ring all-reduce over N nodes: ``2 (N-1)/N S / B_nic`` with the slowest NIC, overlapped with the
   backward pass by a fraction phi: ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``;
-  sync = every step waits for the slowest node;
-* parameter servers (spotDNN): each worker pushes and pulls S per step, ``t_comm = 2 S / B_wk``
-  with ``B_wk = P B_ps/N + (1-P) B_req`` when the worker's link B_req exceeds its fair share
-  ``B_ps/N``, else ``B_req``; ``P = min(alpha sqrt(N) + beta, 1)``; k servers give
-  ``B_ps = B_ps1 * k ** kappa``. Async: the cluster's steps/s is the sum of the workers' rates,
-  capped by the servers' capacity ``k ** kappa / (lat + 2 S / B_ps1)`` (a per-update cost plus
-  the bytes); sync: the slowest worker sets the pace.
+  every step waits for the slowest node (synchronous).
+* parameter servers: every update visits the servers, which spend ``D`` seconds on it::
+
+      D = ps_t * n_t / k ** kappa_t  +  2 S / (B_ps * k ** kappa)
+
+  (a per-tensor RPC / apply cost, spread over k servers, plus push and pull of the bytes; kappa < 1
+  when the variables do not split evenly over the servers). A worker node cycles between
+  ``Z_i = t_comp_i + t_intra_i + 2 S / B_nic_i`` (its own compute and transfer) and the servers.
+  *Asynchronous* training is a closed queueing network of N workers and one queueing station of
+  demand D; exact mean-value analysis gives the update rate X(N) (1 / (Z + D) for one worker,
+  approaching the servers' capacity 1 / D smoothly as N grows, the queueing that spotDNN's
+  contention probability P = min(alpha sqrt(N) + beta, 1) approximates). Heterogeneous workers
+  share X in proportion to 1 / (Z_i + R) with R the servers' response time; samples/s =
+  ``b * sum_i X_i G_i``. *Synchronous* PS: every step waits for the slowest worker and for the
+  servers to serve all N updates, ``T = max_i Z_i + N D``.
 
 Everything is vectorised over rows (and groups within a row) for fitting; :func:`predict_one`
 is the scalar fast path the planner calls.
@@ -34,18 +46,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GLOBALS = ("c0", "w_bw", "lam16", "lam_tf32", "log_tau", "log_bps", "kappa", "alpha", "beta",
-           "log_net_eff", "log_link_eff", "phi", "w_size", "log_ps_lat")
+GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size", "w_ai", "log_tau_t",
+           "log_ps_t", "log_bps", "kappa", "kappa_t", "log_net_eff", "log_link_eff", "phi", "phi_ps")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
-    "c0": (math.log(0.35), 1.0), "w_bw": (0.3, 0.3), "lam16": (0.35, 0.3), "lam_tf32": (0.3, 0.3),
-    "log_tau": (math.log(0.003), 1.5), "log_bps": (math.log(0.7), 1.0), "kappa": (0.85, 0.3),
-    "alpha": (0.1, 0.3), "beta": (0.6, 0.3), "log_net_eff": (math.log(0.6), 0.5),
-    "log_link_eff": (math.log(0.6), 0.5), "phi": (0.5, 0.3), "w_size": (0.0, 0.2),
-    "log_ps_lat": (math.log(0.002), 1.0),
+    # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
+    # CIFAR ResNets (32-128 channels) ~14 FLOPs per byte of activation traffic, ~ sqrt(width).
+    # log_level: overall speed of a framework / workload family relative to the roofline; free.
+    "log_level": (0.0, 3.0), "c0": (0.8, 1.0), "log_ai": (math.log(14.0), 1.0), "lam16": (0.35, 0.3), "lam_tf32": (0.3, 0.3),
+    "log_tau": (math.log(0.003), 1.5), "w_size": (0.0, 0.3), "w_ai": (0.5, 0.3),
+    "log_tau_t": (math.log(1e-4), 1.5),
+    # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull.
+    "log_ps_t": (math.log(1e-4), 1.0), "log_bps": (math.log(1.0), 1.0), "kappa": (0.7, 0.4),
+    "kappa_t": (1.0, 0.2), "log_net_eff": (math.log(0.6), 0.5), "log_link_eff": (math.log(0.6), 0.5),
+    "phi": (0.5, 0.3), "phi_ps": (0.5, 0.3),
 }
-BW_REF = math.log(0.05 * 1000.0)  # 0.05 bytes/FLOP with BW in GB/s and P in TFLOPS
 SIZE_REF = 26.0  # log(b F) of ResNet-32 at batch 128
+WIDTH_REF = math.log(2e4)  # parameters per tensor of the CIFAR ResNets
+MVA_MAX = 512  # exact mean-value analysis up to this many workers, the saturated asymptote beyond
 G_INDEX = {name: i for i, name in enumerate(GLOBALS)}
 
 
@@ -60,6 +78,7 @@ class Encoded:
     b: np.ndarray  # (R,)
     flops: np.ndarray  # (R,)
     grad: np.ndarray  # (R,) bytes
+    ntens: np.ndarray  # (R,) parameter tensors
     fp16: np.ndarray  # (R,) bool
     ps: np.ndarray  # (R,)
     asyn: np.ndarray  # (R,) bool
@@ -80,8 +99,41 @@ class DeviceTable:
     link_gbs: np.ndarray
 
 
-def _clip01(x):
-    return np.minimum(np.maximum(x, 0.0), 1.0)
+def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact mean-value analysis of N customers, think time Z, one queue of demand D (vectorised).
+
+    Returns (throughput X in cycles/s, response time R of the queue).
+    """
+    Z, D, N = np.broadcast_arrays(np.asarray(Z, float), np.asarray(D, float), np.asarray(N, float))
+    Q = np.zeros_like(Z)
+    X = 1.0 / (Z + D)
+    R = D.copy()
+    top = int(min(max(N.max(initial=1.0), 1.0), MVA_MAX))
+    for n in range(2, top + 1):
+        act = N >= n
+        Rn = D * (1.0 + Q)
+        Xn = n / (Z + Rn)
+        R = np.where(act, Rn, R)
+        X = np.where(act, Xn, X)
+        Q = np.where(act, Xn * Rn, Q)
+    big = N > MVA_MAX
+    if big.any():  # far into saturation: the servers' capacity, or the workers' if they are slower
+        X = np.where(big, np.minimum(N / (Z + D), 1.0 / D), X)
+        R = np.where(big, N / X - Z, R)
+    return X, R
+
+
+def mva_scalar(Z: float, D: float, N: int) -> tuple[float, float]:
+    """:func:`mva` for one configuration (pure Python: the planner's fast path)."""
+    if N > MVA_MAX:
+        X = min(N / (Z + D), 1.0 / D)
+        return X, N / X - Z
+    Q, X, R = 0.0, 1.0 / (Z + D), D
+    for n in range(2, int(N) + 1):
+        R = D * (1.0 + Q)
+        X = n / (Z + R)
+        Q = X * R
+    return X, R
 
 
 def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, devs: DeviceTable,
@@ -98,9 +150,13 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     me = np.where(enc.midx >= 0, e_m[np.maximum(enc.midx, 0)] if e_m.size else 0.0, 0.0)
     ie = (np.where(enc.iidx >= 0, e_i[np.maximum(enc.iidx, 0)], 0.0)
           if e_i is not None and e_i.size else 0.0)
-    logeff = ie + (g["c0"] + g["w_bw"] * (devs.log_bw[d] - lpeff - BW_REF) + g["w_size"] * (np.log(work) - SIZE_REF)[:, None]
-              + ge + me[:, None])
-    t_comp = math.exp(g["log_tau"]) + work[:, None] / np.exp(lpeff + logeff + math.log(1e12))
+    width = np.log(enc.grad / 4.0 / enc.ntens) - WIDTH_REF
+    x = np.clip(g["c0"] + g["w_size"] * (np.log(work) - SIZE_REF), -30.0, 30.0)
+    eff = (1.0 / (1.0 + np.exp(-x)))[:, None]
+    log_ai = g["log_ai"] + g["w_ai"] * width + np.where(enc.fp16, math.log(2.0), 0.0)
+    per_flop = 1.0 / (np.exp(lpeff) * 1e12 * eff) + 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
+    t_fixed = math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * enc.ntens
+    t_comp = t_fixed[:, None] + work[:, None] * per_flop * np.exp(-(g["log_level"] + ie + ge + me[:, None]))
     present = enc.cnt > 0
     S = enc.grad[:, None]
     link = devs.link_gbs[d] * 1e9 * math.exp(g["log_link_eff"])
@@ -121,25 +177,31 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     x_ar = gpus * enc.b / T_ar
     # Parameter-server rows.
     k = np.maximum(enc.ps, 1).astype(float)
-    bps = math.exp(g["log_bps"]) * 1e9 * k ** g["kappa"]
-    fair = (bps / np.maximum(N, 1))[:, None]
-    P = _clip01(g["alpha"] * np.sqrt(N) + g["beta"])[:, None]
-    b_wk = np.where(net > fair, P * fair + (1 - P) * net, net)
-    t_ps = 2.0 * S / b_wk + t_intra
-    T_w = t_comp + t_ps
-    steps = np.where(present, enc.cnt / T_w, 0.0).sum(axis=1)
-    cap = k ** g["kappa"] / (math.exp(g["log_ps_lat"]) + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9))
-    scale = np.minimum(1.0, cap / steps)
-    x_async = np.where(present, enc.cnt * G / T_w, 0.0).sum(axis=1) * enc.b * scale
-    T_sync = np.where(present, T_w, 0.0).max(axis=1)
+    D = (math.exp(g["log_ps_t"]) * enc.ntens / k ** g["kappa_t"]
+         + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9 * k ** g["kappa"]))
+    t_nic = 2.0 * S / net
+    # A worker's own transfer and the servers' work on its update are the same bytes moving: the
+    # worker waits for the slower of the two; the PS queue (below) accounts for D, Z only for the
+    # excess of the worker's link. Pulls and pushes overlap the forward / backward pass by phi_ps.
+    t_move = np.maximum(t_nic, D[:, None])
+    phi_ps = float(np.clip(g["phi_ps"], 0.0, 1.0))
+    Z = t_comp + t_intra + (t_move - D[:, None]) - phi_ps * np.minimum(t_move, t_comp)
+    inv = np.where(present, enc.cnt / (Z + D[:, None]), 0.0).sum(axis=1)
+    Z_eff = N / inv - D
+    X, R = mva(Z_eff, D, N)
+    share = np.where(present, enc.cnt / (Z + R[:, None]), 0.0)
+    X_i = X[:, None] * share / share.sum(axis=1, keepdims=True)
+    x_async = (X_i * G).sum(axis=1) * enc.b
+    Z_max = np.where(present, Z, 0.0).max(axis=1)
+    T_sync = Z_max + N * D
     x_psync = gpus * enc.b / T_sync
     x = np.where(enc.ps == 0, x_ar, np.where(enc.asyn, x_async, x_psync))
     if not detail:
         return x
-    parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_inter=t_inter, t_intra=t_intra_max, ps_cap_bound=scale < 1.0,
-                 ps_shared=(net > fair).any(axis=1), t_ps=np.where(present, t_ps, 0.0).max(axis=1),
-                 t_ps_net=np.where(present, 2.0 * S / b_wk, 0.0).max(axis=1),
-                 t_w=np.where(present, T_w, 0.0).max(axis=1))
+    ps_busy = np.where(enc.asyn, X * D, N * D / T_sync)  # fraction of time the servers are busy
+    parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
+                 t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
+                 t_w=np.where(enc.asyn, Z_max + R, T_sync))
     return x, parts
 
 
@@ -149,12 +211,7 @@ def bottleneck(row_ps: int, parts: dict, i: int) -> str:
     if row_ps == 0:
         times = {"compute": tc, "network": parts["t_inter"][i], "pcie": parts["t_intra"][i]}
         return max(times, key=times.get)
-    if parts["ps_cap_bound"][i]:
+    times = {"compute": tc, "network": parts["t_nic"][i], "pcie": parts["t_intra"][i], "ps": parts["t_ps"][i]}
+    if parts["ps_util"][i] > 0.8:
         return "ps"
-    t_net = parts["t_ps_net"][i]
-    t_intra = parts["t_ps"][i] - t_net
-    if max(t_net, t_intra) <= tc:
-        return "compute"
-    if t_intra > t_net:
-        return "pcie"
-    return "ps" if parts["ps_shared"][i] else "network"
+    return max(times, key=times.get)

@@ -13,6 +13,27 @@ spotDNN's loss model for asynchronous data-parallel training::
 Fitted with :func:`scipy.optimize.curve_fit` on one or more loss curves. With curves of one
 batch size only, ``g2`` is fixed at 0 (it is not identifiable); with one worker count only,
 ``g4`` is fixed at 1 and the sqrt(N) growth of spotDNN's model is assumed.
+
+**Learning-rate phases.** A step schedule (the LR divided at fixed global steps, as in most
+image-classification recipes) makes the loss fall abruptly at each boundary, which one hyperbola
+cannot follow. With ``lr_boundaries`` (global steps, or ``"auto"`` to find the abrupt drops in the
+curves) each phase p gets its own hyperbola in the steps since the phase began, sharing g4 (how
+workers and staleness slow progress)::
+
+    f_p(j) = (g2 b_w + g3_p) sqrt((R + g4) N) / (j - s_p + g1_p) + g5_p,   s_p <= j < s_{p+1}
+
+and the steps to a target are found in the first phase whose curve reaches it.
+
+**Staleness form** (``form="staleness"``). In asynchronous training with N equal workers an
+update is computed on parameters about tau = N - 1 updates old (in general tau = N R^2, 0 for
+synchronous training), and each global step is worth less. The shipped ResNet-32 curves show the
+hyperbola's amplitude growing about linearly in tau (1 : 1.7 : 3 : 7 for 1, 2, 4, 8 workers), faster
+than spotDNN's sqrt((R + g4) N), and the floor rising with it, so this form uses::
+
+    f_p(j) = (g2 b_w + g3_p) (1 + g4 tau) / (j - s_p + g1_p) + g5_p (1 + g6 tau)
+
+With curves of one worker count, g4 and g6 cannot be fitted; they default to the values fitted
+on the shipped ResNet-32 curves (:data:`DEFAULT_STALENESS`).
 """
 
 from __future__ import annotations
@@ -58,9 +79,23 @@ class LossCurve:
         return homogeneous_R(self.workers) if self.staleness is None else float(self.staleness)
 
 
-def _f(X, g1, g2, g3, g4, g5):
+FORMS = ("spotdnn", "staleness")
+DEFAULT_STALENESS = (0.6, 0.1)
+"""(g4, g6) of the staleness form when the curves have one worker count (shipped ResNet-32 fit, rounded)."""
+
+
+def _terms(R, N, g4, g6, form):
+    """(amplitude factor, floor factor) of a cluster."""
+    if form == "staleness":
+        tau = np.asarray(N, float) * np.asarray(R, float) ** 2
+        return 1.0 + g4 * tau, 1.0 + g6 * tau
+    return np.sqrt(np.maximum((np.asarray(R, float) + g4) * N, 1e-12)), 1.0
+
+
+def _f(X, g1, g2, g3, g4, g5, g6=0.0, form="spotdnn"):
     j, b, R, N = X
-    return (g2 * b + g3) * np.sqrt(np.maximum((R + g4) * N, 1e-12)) / (j + g1) + g5
+    amp, floor = _terms(R, N, g4, g6, form)
+    return (g2 * b + g3) * amp / (j + g1) + g5 * floor
 
 
 class ConvergenceModel:
@@ -72,14 +107,22 @@ class ConvergenceModel:
     >>> m = ConvergenceModel(batch_size=32).fit([[s, 2.0 / (s + 10) + 0.1] for s in range(0, 500, 10)])
     >>> round(m.loss_at(90, batch_size_global=32, workers=1), 3)
     0.12
+
+    Parameters: ``batch_size`` (of a plain curve), ``min_step`` (points before it are ignored),
+    ``lr_boundaries`` (``None``, ``"auto"`` or global steps of LR drops), ``form`` (``"spotdnn"``
+    or ``"staleness"``, see the module docstring).
     """
 
-    def __init__(self, *, batch_size: float = 32.0, min_step: float = 1.0) -> None:
+    def __init__(self, *, batch_size: float = 32.0, min_step: float = 1.0,
+                 lr_boundaries: tuple[float, ...] | str | None = None, form: str = "spotdnn") -> None:
         self.batch_size = batch_size
         self.min_step = min_step
+        self.lr_boundaries = lr_boundaries
+        self.form = form
 
     def get_params(self, deep: bool = False) -> dict:
-        return {"batch_size": self.batch_size, "min_step": self.min_step}
+        return {"batch_size": self.batch_size, "min_step": self.min_step, "lr_boundaries": self.lr_boundaries,
+                "form": self.form}
 
     def _curves(self, data) -> list[LossCurve]:
         if isinstance(data, LossCurve):
@@ -94,67 +137,151 @@ class ConvergenceModel:
         return [LossCurve(steps=tuple(p[0] for p in pts), losses=tuple(p[1] for p in pts), batch_size=self.batch_size)]
 
     def fit(self, curves) -> "ConvergenceModel":
-        from scipy.optimize import curve_fit
-
+        """Fit on loss curves (see the class docstring); returns ``self``."""
+        if self.form not in FORMS:
+            raise InputError(f"expected form one of {', '.join(FORMS)}, got {self.form!r}")
         cs = self._curves(curves)
-        j, b, R, N, y = [], [], [], [], []
         for c in cs:
             if len(c.steps) != len(c.losses):
                 raise InputError("steps and losses differ in length")
-            for s, v in zip(c.steps, c.losses):
-                if s >= self.min_step and math.isfinite(v):
-                    j.append(s); b.append(c.batch_size); R.append(c.R); N.append(c.workers); y.append(v)
-        if len(y) < 4:
-            raise InputError(f"need at least 4 points of the loss curve after step {self.min_step:g}, got {len(y)}")
-        X = np.array([j, b, R, N], float)
-        y = np.array(y, float)
-        fix_g2 = len(set(b)) < 2
-        fix_g4 = len(set(N)) < 2
-        jmax = float(X[0].max())
-        amp0 = max((y[0] - y.min()) * (X[0][0] + 0.05 * jmax), 1e-6)
-
-        def model(X, g1, g2, g3, g4, g5):
-            return _f(X, g1, 0.0 if fix_g2 else g2, g3, 1.0 if fix_g4 else g4, g5)
-
-        p0 = [0.05 * jmax, 0.0, amp0, 1.0, max(float(y.min()) * 0.9, 0.0)]
-        lower = [1e-6, -np.inf, -np.inf, 1e-6, 0.0]
-        upper = [10 * jmax, np.inf, np.inf, 1e3, max(float(y.max()), 1e-9)]
-        try:
-            popt, _ = curve_fit(model, X, y, p0=p0, bounds=(lower, upper), maxfev=20000)
-        except RuntimeError as exc:
-            raise InputError(f"the loss curve could not be fitted: {exc}") from None
-        if fix_g2:
-            popt[1] = 0.0
-        if fix_g4:
-            popt[3] = 1.0
-        self.coef_ = tuple(float(v) for v in popt)
-        self.n_points_ = len(y)
-        self.residual_std_ = float(np.std(y - _f(X, *self.coef_)))
+        if self.lr_boundaries == "auto":
+            bounds = detect_lr_boundaries(cs)
+        elif self.lr_boundaries:
+            bounds = tuple(sorted(float(b) for b in self.lr_boundaries))
+        else:
+            bounds = ()
+        edges = (0.0, *bounds, math.inf)
+        phases = []
+        g4 = None
+        for p in range(len(edges) - 1):
+            lo, hi = edges[p], edges[p + 1]
+            start = max(lo, self.min_step) if p == 0 else lo
+            pts = [(s - lo, c.batch_size, c.R, c.workers, v) for c in cs for s, v in zip(c.steps, c.losses)
+                   if start <= s < hi and math.isfinite(v) and (p == 0 or s > lo)]
+            if len(pts) < 4:
+                if p == 0:
+                    raise InputError(f"need at least 4 points of the loss curve after step {self.min_step:g}, "
+                                     f"got {len(pts)}")
+                break  # too few points past this boundary: the curve ends in the previous phase
+            coef = _fit_phase(np.array(pts, float), g4, self.form)
+            g4 = (coef[3], coef[5]) if g4 is None else g4
+            phases.append((lo, coef))
+        self.lr_boundaries_ = tuple(lo for lo, _ in phases[1:])
+        self.phases_ = tuple((lo, tuple(float(v) for v in c)) for lo, c in phases)
+        self.coef_ = self.phases_[0][1]
+        self.n_points_ = sum(len(c.steps) for c in cs)
+        res = [v - self.loss_at(s, batch_size_global=c.batch_size, workers=c.workers, staleness=c.R)
+               for c in cs for s, v in zip(c.steps, c.losses) if s >= self.min_step and math.isfinite(v)]
+        self.residual_std_ = float(np.std(res))
         return self
 
     def _check(self):
         if not hasattr(self, "coef_"):
             raise NotFittedError("ConvergenceModel used before fit()")
 
+    def _phase(self, steps: float) -> tuple[float, tuple]:
+        lo, coef = self.phases_[0]
+        for start, c in self.phases_:
+            if steps >= start:
+                lo, coef = start, c
+        return lo, coef
+
     def loss_at(self, steps: float, *, batch_size_global: float, workers: int = 1, staleness: float | None = None) -> float:
         """Predicted loss after ``steps`` global steps."""
         self._check()
         R = homogeneous_R(workers) if staleness is None else staleness
-        return float(_f(np.array([[steps], [batch_size_global], [R], [workers]], float), *self.coef_)[0])
+        lo, coef = self._phase(steps)
+        return float(_f(np.array([[steps - lo], [batch_size_global], [R], [workers]], float), *coef, form=self.form)[0])
 
     def steps_to_target(self, target_loss: float, *, batch_size_global: float, workers: int = 1,
                         staleness: float | None = None) -> float:
-        """Global steps until the loss reaches ``target_loss`` (``inf`` if the fit's floor is above it).
+        """Global steps until the loss reaches ``target_loss`` (``inf`` if no phase's floor is below it).
 
         ``staleness`` is the convergence coefficient R (0 = synchronous; None = equal async workers).
         """
         self._check()
-        g1, g2, g3, g4, g5 = self.coef_
         R = homogeneous_R(workers) if staleness is None else staleness
-        if target_loss <= g5:
-            return math.inf
-        amp = (g2 * batch_size_global + g3) * math.sqrt(max((R + g4) * workers, 1e-12))
-        return max(amp / (target_loss - g5) - g1, 0.0)
+        ends = [lo for lo, _ in self.phases_[1:]] + [math.inf]
+        for (lo, (g1, g2, g3, g4, g5, g6)), end in zip(self.phases_, ends):
+            a, fl = _terms(R, workers, g4, g6, self.form)
+            floor = g5 * float(fl)
+            if target_loss <= floor:
+                continue
+            amp = (g2 * batch_size_global + g3) * float(a)
+            j = lo + max(amp / (target_loss - floor) - g1, 0.0)
+            if j < end:
+                return j
+        return math.inf
+
+
+def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -> np.ndarray:
+    """Fit one phase on rows (j, b_w, R, N, loss) -> (g1, g2, g3, g4, g5, g6).
+
+    ``shared`` = (g4, g6) of an earlier phase: how workers slow progress is shared by all phases.
+    """
+    from scipy.optimize import curve_fit
+
+    X = pts[:, :4].T
+    y = pts[:, 4]
+    fix_g2 = len(set(X[1])) < 2
+    one_n = len(set(X[3])) < 2
+    fix_g4 = shared is not None or one_n
+    if shared is not None:
+        g4_value, g6_value = shared
+    elif form == "staleness":
+        g4_value, g6_value = DEFAULT_STALENESS
+    else:
+        g4_value, g6_value = 1.0, 0.0
+    fix_g6 = fix_g4 or form != "staleness"
+    jmax = float(X[0].max())
+
+    def model(X, g1, g2, g3, g4, g5, g6):
+        return _f(X, g1, 0.0 if fix_g2 else g2, g3, g4_value if fix_g4 else g4, g5,
+                  g6_value if fix_g6 else g6, form=form)
+
+    first = y[X[0] <= X[0].min()]
+    amp0 = max((float(first.mean()) - y.min()) * (X[0].min() + 0.05 * jmax), 1e-6)
+    p0 = [0.05 * jmax, 0.0, amp0, g4_value, max(float(y.min()) * 0.9, 0.0), max(g6_value, 1e-3)]
+    lower = [1e-6, -np.inf, -np.inf, 0.0 if form == "staleness" else 1e-6, 0.0, 0.0]
+    upper = [10 * jmax, np.inf, np.inf, 1e3, max(float(y.max()), 1e-9), 10.0]
+    try:
+        popt, _ = curve_fit(model, X, y, p0=p0, bounds=(lower, upper), maxfev=20000, sigma=np.maximum(y, 1e-9))
+    except RuntimeError as exc:
+        raise InputError(f"the loss curve could not be fitted: {exc}") from None
+    if fix_g2:
+        popt[1] = 0.0
+    if fix_g4:
+        popt[3] = g4_value
+    if fix_g6:
+        popt[5] = g6_value
+    return popt
+
+
+def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> tuple[float, ...]:
+    """Global steps where the loss falls abruptly in the curves (a learning-rate step).
+
+    In each curve, a boundary lies between two evaluations when the loss falls by at least
+    ``min_drop`` (relative) and by more than three times the relative fall just before (so the
+    fast start of training is not one). The intervals found in several curves are intersected
+    (the schedule counts global steps, the same in every run), and the boundary placed in the
+    middle of what is left.
+    """
+    found: list[tuple[float, float]] = []
+    for c in curves:
+        pts = [(s, v) for s, v in sorted(zip(c.steps, c.losses)) if math.isfinite(v)]
+        for k in range(2, len(pts) - 1):
+            (s0, v0), (s1, v1), (s2, v2) = pts[k - 1], pts[k], pts[k + 1]
+            drop = (v1 - v2) / max(v1, 1e-12)
+            before = max((v0 - v1) / max(v0, 1e-12), 0.0)
+            if drop >= min_drop and drop > 3 * before:
+                found.append((s1, s2))
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(found):
+        if out and lo < out[-1][1] and hi > out[-1][0]:  # overlaps the previous cluster: intersect
+            out[-1] = (max(out[-1][0], lo), min(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple((lo + hi) / 2.0 for lo, hi in out)
 
 
 def load_accuracy_curves() -> list[dict]:
@@ -167,18 +294,24 @@ def load_accuracy_curves() -> list[dict]:
 
 
 def curves_from_rows(rows: list[dict], *, average: bool = True) -> dict[int, LossCurve]:
-    """Error (1 - accuracy) curves per worker count, averaged over runs at each step (rounded to 1000)."""
+    """Error (1 - accuracy) curves per worker count, averaged over runs at each evaluation.
+
+    Evaluations of different runs within 1000 steps of each other are pooled; the pooled point
+    sits at their mean step (not a rounded one: a few steps can straddle a learning-rate boundary).
+    """
     from collections import defaultdict
 
-    acc: dict[int, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    acc: dict[int, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     bs: dict[int, float] = {}
     for r in rows:
         n = int(r["workers"])
-        acc[n][round(int(r["step"]) / 1000) * 1000].append(1.0 - float(r["accuracy"]))
+        step = float(r["step"])
+        acc[n][round(step / 1000)].append((step, 1.0 - float(r["accuracy"])))
         bs[n] = float(r["batch_size"])
     out = {}
     for n, by in acc.items():
-        steps = sorted(by)
-        out[n] = LossCurve(steps=tuple(float(s) for s in steps), losses=tuple(float(np.mean(by[s])) for s in steps),
+        keys = sorted(by)
+        out[n] = LossCurve(steps=tuple(float(np.mean([p[0] for p in by[k]])) for k in keys),
+                           losses=tuple(float(np.mean([p[1] for p in by[k]])) for k in keys),
                            batch_size=bs[n], workers=n)
     return out

@@ -45,6 +45,12 @@ _EXTRA_ALIASES = {
 _DEFAULT_NETWORK_GBPS = {"K80": 16.0, "P100": 16.0, "V100": 10.0, "V100-32GB": 10.0, "T4": 25.0, "A10G": 25.0,
                          "L4": 16.0, "A100": 100.0, "A100-80GB": 100.0, "H100": 200.0, "H200": 200.0, "B200": 400.0}
 _FALLBACK_NETWORK_GBPS = 10.0
+# Sustained fraction of the datasheet FP32 peak that dense kernels can reach, by architecture.
+# Kepler's SMX needs dual issue from a banked register file to reach peak: cuBLAS SGEMM reaches
+# about 70 % of it on GK110/GK210 (hand-tuned assembly ~77 %), against > 90 % from Maxwell on
+# (S. Gray, "maxas: SGEMM", https://github.com/NervanaSystems/maxas/wiki/SGEMM; NVIDIA Kepler
+# tuning guide), and K80 boards seldom hold their 875 MHz boost clock under load.
+_ARCH_SUSTAINED = {"Kepler": 0.7}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +65,8 @@ class Device:
     pcie_gbs: float
     nvlink_gbs: float | None
     network_gbps: float
+    sustained: float = 1.0
+    """Fraction of the datasheet peak that dense kernels sustain on this architecture."""
     """Default per-node network bandwidth (Gbit/s) of a typical instance with this GPU."""
 
     def tensor_tflops(self, precision: str) -> float:
@@ -105,7 +113,7 @@ def device(name: str) -> Device:
     net = _catalog_network(spec.name) or _DEFAULT_NETWORK_GBPS.get(spec.name, _FALLBACK_NETWORK_GBPS)
     return Device(name=spec.name, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops, tf32_tflops=spec.tf32_tflops,
                   memory_bandwidth_gbs=spec.memory_bandwidth_gbs, pcie_gbs=spec.pcie_gbs, nvlink_gbs=spec.nvlink_gbs,
-                  network_gbps=net)
+                  network_gbps=net, sustained=_ARCH_SUSTAINED.get(spec.architecture, 1.0))
 
 
 def _instance(name: str) -> Device | None:

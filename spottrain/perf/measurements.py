@@ -3,7 +3,8 @@
 CSV columns (header names exact, order free)::
 
     model, batch_size, cluster, ps, sync, throughput            required
-    network_gbps, flops_per_sample, param_count, precision      optional
+    network_gbps, flops_per_sample, param_count, precision,
+    tensor_count                                                optional
 
 * ``batch_size``: per GPU. ``cluster``: '+'-joined groups ``NxGPU`` or ``NxGPU:G`` (N nodes of
   that GPU type, G GPUs each, default 1), e.g. ``4xK80``, ``1xV100+1xP100+2xK80``, ``2xA100:8``.
@@ -14,6 +15,8 @@ CSV columns (header names exact, order free)::
   ``model`` is a zoo name.
 * ``network_gbps``: per-node network bandwidth; empty = the GPU's documented default.
 * ``precision``: ``fp32`` (default) or ``fp16`` (mixed precision on tensor cores).
+* ``tensor_count``: number of parameter tensors (variables) of the model; parameter servers pay
+  a per-tensor cost on every update. Empty = estimated from ``param_count``.
 
 Any other column is kept in :attr:`Measurement.extra` and written back unchanged.
 """
@@ -29,7 +32,7 @@ from spottrain.errors import InputError, UnknownNameError
 from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
-OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision")
+OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count")
 PRECISIONS = ("fp32", "fp16")
 
 
@@ -53,6 +56,8 @@ class Measurement:
     network_gbps: float | None = None
     """Per-node network bandwidth; ``None`` = the GPU's default."""
     precision: str = "fp32"
+    tensor_count: int | None = None
+    """Parameter tensors of the model; ``None`` = estimated from ``param_count``."""
     line: int | None = None
     """Line in the source file (for error messages)."""
     extra: dict[str, str] = field(default_factory=dict, compare=False)
@@ -143,11 +148,13 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     precision = get("precision").lower() or "fp32"
     if precision not in PRECISIONS:
         raise InputError(f"expected one of {', '.join(PRECISIONS)}, got {get('precision')!r}", file=file, line=line, column="precision")
+    tensors = (_number(get("tensor_count"), file=file, line=line, column="tensor_count", integer=True)
+               if get("tensor_count") else None)
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extra = {k: v for k, v in row.items() if k is not None and k not in known}
     return Measurement(model=model, batch_size=batch, cluster=cluster, ps=ps, sync=sync, throughput=throughput,
                        flops_per_sample=float(flops), param_count=int(params), network_gbps=net, precision=precision,
-                       line=line, extra=extra)
+                       tensor_count=tensors, line=line, extra=extra)
 
 
 def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurement]:
@@ -188,7 +195,8 @@ def write_measurements(rows: list[Measurement], path: str | Path, *, extra_colum
         w.writerow(cols)
         for i, r in enumerate(rows):
             base = [r.model, r.batch_size, str(r.cluster), r.ps, r.sync, "" if r.throughput is None else r.throughput,
-                    "" if r.network_gbps is None else r.network_gbps, r.flops_per_sample, r.param_count, r.precision]
+                    "" if r.network_gbps is None else r.network_gbps, r.flops_per_sample, r.param_count, r.precision,
+                    "" if r.tensor_count is None else r.tensor_count]
             w.writerow(base + [r.extra.get(k, "") for k in kept] + [extra_columns[c][i] for c in extra_columns])
 
 

@@ -29,7 +29,7 @@ from spottrain.errors import InputError, NotFittedError
 from spottrain.perf import analytical as an
 from spottrain.perf.hardware import device, instance_gpu_count
 from spottrain.perf.measurements import Measurement
-from spottrain.perf.workload import Workload
+from spottrain.perf.workload import Workload, estimate_tensor_count
 from spottrain.types import ClusterGroup, ClusterSpec
 
 
@@ -91,12 +91,18 @@ class _Query:
     precision: str = "fp32"
     network_gbps: float | None = None
     throughput: float | None = None
+    tensors: float | None = None
+    """Parameter tensors; ``None`` = estimated from the gradient bytes."""
 
     @classmethod
     def of(cls, m: Measurement) -> "_Query":
         return cls(model=m.model, batch_size=m.batch_size, cluster=m.cluster, ps=m.ps, sync=m.sync,
                    flops=m.flops_per_sample, grad=m.gradient_bytes, precision=m.precision,
-                   network_gbps=m.network_gbps, throughput=m.throughput)
+                   network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count)
+
+    @property
+    def n_tensors(self) -> float:
+        return float(self.tensors) if self.tensors else estimate_tensor_count(self.grad / 4.0)
 
 
 def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[str, int],
@@ -121,6 +127,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      b=np.array([q.batch_size for q in queries], float),
                      flops=np.array([q.flops for q in queries], float),
                      grad=np.array([max(q.grad, 1.0) for q in queries], float),
+                     ntens=np.array([q.n_tensors for q in queries], float),
                      fp16=np.array([q.precision == "fp16" for q in queries]),
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx)
@@ -132,9 +139,9 @@ def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
     ds = [device(n) for n in names]
     return an.DeviceTable(
         names=names,
-        log_p32=np.log([d.fp32_tflops for d in ds]),
-        log_p16=np.log([d.tensor_tflops("fp16") for d in ds]),
-        log_ptf=np.log([d.tensor_tflops("fp32") for d in ds]),
+        log_p32=np.log([d.fp32_tflops * d.sustained for d in ds]),
+        log_p16=np.log([d.tensor_tflops("fp16") * d.sustained for d in ds]),
+        log_ptf=np.log([d.tensor_tflops("fp32") * d.sustained for d in ds]),
         log_bw=np.log([d.memory_bandwidth_gbs for d in ds]),
         link_gbs=np.array([(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs for d in ds]),
     )
@@ -191,7 +198,7 @@ class ThroughputModel:
             p._check()
             mean = p.theta_.copy()
             sd = sd * 0.5
-            sd[an.G_INDEX["c0"]] = 1.0  # frameworks differ in overall efficiency
+            sd[an.G_INDEX["log_level"]] = an.PRIOR["log_level"][1]  # frameworks differ in overall efficiency
             g_prior = dict(p.gpu_effects_)
             m_prior = dict(p.model_effects_)
             i_prior = dict(p.inter_effects_)
@@ -407,7 +414,7 @@ def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int
     m = model
     q = _Query(model=workload.model, batch_size=workload.batch_size, cluster=cluster, ps=ps, sync=sync,
                flops=workload.flops_per_sample, grad=workload.gradient_bytes, precision=workload.precision,
-               network_gbps=network_gbps)
+               network_gbps=network_gbps, tensors=workload.tensor_count)
     if workload.step_time_s_ref and workload.ref_gpu:
         m = _calibrated_for(m, workload)
     return m.predict([q], warn=False)[0]
@@ -420,14 +427,15 @@ def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:
     except Exception:  # noqa: BLE001 - profiled on a GPU we do not know: ignore the calibration
         return m
     q = _Query(model=w.model, batch_size=w.batch_size, cluster=ClusterSpec.parse(f"1x{ref.name}"), ps=0, sync="sync",
-               flops=w.flops_per_sample, grad=w.gradient_bytes, precision=w.precision)
+               flops=w.flops_per_sample, grad=w.gradient_bytes, precision=w.precision, tensors=w.tensor_count)
     clone = ThroughputModel(**m.get_params())
     clone.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
     clone.model_effects_ = dict(m.model_effects_)
     clone.model_effects_[w.model] = 0.0
     clone.correction_ = None
     pred = clone.predict([q], warn=False)[0]
-    tau = math.exp(clone.theta_[an.G_INDEX["log_tau"]])
+    tau = (math.exp(clone.theta_[an.G_INDEX["log_tau"]])
+           + math.exp(clone.theta_[an.G_INDEX["log_tau_t"]]) * q.n_tensors)  # fixed part of the step
     t_pred = w.batch_size / pred.throughput - tau
     t_meas = max(w.step_time_s_ref - tau, 1e-6)
     clone.model_effects_[w.model] = math.log(max(t_pred, 1e-9) / t_meas)

@@ -18,6 +18,15 @@ _PUBLISHED_FLOPS = {
 }
 
 
+def estimate_tensor_count(param_count: float) -> float:
+    """Parameter tensors of a model whose count is not known: ~160 at 25 M parameters, growing as P^0.25.
+
+    Anchors: ResNet-50 has 161 parameter tensors at 25.6 M parameters, BERT-base about 200 at 110 M,
+    the CM-DARE CIFAR ResNets 50-326 at 0.7-6 M.
+    """
+    return float(min(max(160.0 * (max(param_count, 1.0) / 25e6) ** 0.25, 8.0), 2000.0))
+
+
 def published_flops(name: str) -> float | None:
     """Published fwd+bwd FLOPs per sample of a zoo model, if we have a figure."""
     try:
@@ -45,6 +54,8 @@ class Workload:
     """Measured step time on ``ref_gpu`` (from a profile), used to calibrate compute time."""
     ref_gpu: str | None = None
     precision: str = "fp32"
+    tensor_count: int | None = None
+    """Parameter tensors (a parameter server pays a cost per tensor); ``None`` = estimated."""
 
     @classmethod
     def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
@@ -82,5 +93,6 @@ class Workload:
         return cls(model=str(d.get("model", "custom")), batch_size=b, flops_per_sample=flops, param_count=params,
                    gradient_bytes=float(d.get("gradient_bytes") or 4 * params),
                    step_time_s_ref=float(step) if (step and ref_gpu and same_batch) else None, ref_gpu=ref_gpu,
+                   tensor_count=int(d["tensor_count"]) if d.get("tensor_count") else None,
                    precision=str(d.get("precision") or "fp32").replace("amp", "fp16").replace("bf16", "fp16")
                    if str(d.get("precision") or "fp32") in ("fp32", "fp16", "amp", "bf16") else "fp32")
