@@ -1,9 +1,185 @@
-"""`spottrain plan`: registered in :mod:`spottrain.cli.main`."""
+"""`spottrain plan`: choose the cluster (thin: parse, call :func:`spottrain.planner.plan`, render)."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from spottrain.errors import InputError, UnknownNameError
+
+
+def _split(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command(s) to the app (filled in by the plan capability)."""
+    @app.command("plan")
+    def plan_cmd(
+        profile: Optional[Path] = typer.Option(None, "--profile", help="Profile JSON from `spottrain profile`."),
+        model: Optional[str] = typer.Option(None, "--model", help="Zoo model name (instead of --profile)."),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch size."),
+        samples: Optional[str] = typer.Option(None, "--samples", help="Samples to train (e.g. 115M)."),
+        epochs: Optional[float] = typer.Option(None, "--epochs", "--target-epochs", help="Epochs (with --dataset-size)."),
+        dataset_size: Optional[str] = typer.Option(None, "--dataset-size", help="Samples per epoch (e.g. 1.28M)."),
+        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="Train until this loss (needs a profile with a loss curve)."),
+        deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within (e.g. 8h): cheapest plan meeting it."),
+        budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most (USD): fastest plan within it."),
+        confidence: float = typer.Option(0.95, "--confidence", help="Required P(finish by deadline)."),
+        spot_only: bool = typer.Option(False, "--spot-only", help="Spot / preemptible servers only."),
+        allow_on_demand: bool = typer.Option(True, "--allow-on-demand/--no-on-demand", help="Allow on-demand servers."),
+        on_demand_anchor: bool = typer.Option(False, "--on-demand-anchor", help="Keep one on-demand node (checkpoints; DeepVM)."),
+        clouds: Optional[str] = typer.Option(None, "--clouds", help="Comma-separated: aws,gcp,azure."),
+        regions: Optional[str] = typer.Option(None, "--regions", help="Comma-separated region allow-list."),
+        gpus: Optional[str] = typer.Option(None, "--gpus", help="Comma-separated GPU allow-list (V100,T4)."),
+        max_nodes: int = typer.Option(64, "--max-nodes", help="Most nodes in the cluster."),
+        max_types: int = typer.Option(3, "--max-types", help="Most instance types in a mix."),
+        sync: str = typer.Option("sync", "--sync", help="sync (all-reduce) or async (parameter servers)."),
+        catalog_path: Optional[Path] = typer.Option(None, "--catalog", help="A SkyPilot-schema vms.csv instead of the shipped catalog."),
+        baselines: bool = typer.Option(True, "--baselines/--no-baselines", help="Also show what other systems would pick."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Save the plan (JSON) for simulate / run."),
+        report: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report with the Pareto front."),
+        force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
+    ) -> None:
+        """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
+        from spottrain.planner import _deps
+        from spottrain.planner.api import plan as run_plan
+        from spottrain.units import parse_count, parse_duration_s, parse_money_usd
+
+        deadline_s = parse_duration_s(deadline, option="--deadline") if deadline is not None else None
+        budget_usd = parse_money_usd(budget, option="--budget") if budget is not None else None
+        if deadline_s is None and budget_usd is None:
+            raise InputError("give --deadline (e.g. 8h) or --budget (e.g. 200)")
+        if spot_only and on_demand_anchor:
+            raise InputError("--spot-only contradicts --on-demand-anchor (the anchor is an on-demand server)")
+        if spot_only and "--allow-on-demand" in sys.argv:
+            raise InputError("--spot-only contradicts --allow-on-demand")
+        if out is not None and out.exists() and not force:
+            raise InputError("file exists; pass --force to overwrite it", file=str(out))
+        if (profile is None) == (model is None):
+            raise InputError("give exactly one of --profile FILE or --model NAME")
+        prof = None
+        if profile is not None:
+            prof = _deps.load_profile(str(profile))
+            workload = _deps.workload_from_profile(prof) if batch_size is None else \
+                _deps.workload_class().from_profile(prof, batch_size)
+        else:
+            names = _deps.zoo_names()
+            if names and model.lower() not in {n.lower() for n in names}:
+                try:
+                    from spottrain.profiler.zoo_info import canonical_model
+
+                    canonical_model(model)
+                except Exception:
+                    raise UnknownNameError("model", model, names) from None
+            workload = _deps.workload_from_zoo(model, batch_size)
+        n_samples = _samples(samples, epochs, dataset_size, target_loss, prof, workload)
+        catalog = _deps.load_catalog(str(catalog_path)) if catalog_path else None
+        from rich.console import Console
+
+        with Console(stderr=True).status("planning: catalog, throughput and revocation models, MILP ..."):
+            result = run_plan(workload, samples=n_samples, deadline_s=deadline_s, budget_usd=budget_usd,
+                              confidence=confidence, catalog=catalog, spot_only=spot_only,
+                              allow_on_demand=allow_on_demand, clouds=_split(clouds), regions=_split(regions),
+                              gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types, sync=sync,
+                              on_demand_anchor=on_demand_anchor, baselines=baselines, profile=prof)
+        if out is not None:
+            result.best.save(out, overwrite=force)
+        if report is not None:
+            from spottrain.planner.html import write_report
+
+            write_report(result, report, force=force)
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=2, default=float))
+            return
+        _render(result, out, report)
+
+
+def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> float:
+    from spottrain.units import parse_count
+
+    given = [x is not None for x in (samples, epochs, target_loss)]
+    if sum(given) != 1:
+        raise InputError("give exactly one of --samples N, --epochs E --dataset-size D, or --target-loss L")
+    if samples is not None:
+        return parse_count(samples, option="--samples")
+    if epochs is not None:
+        if not epochs > 0:
+            raise InputError(f"must be positive, got {epochs!r}", column="--epochs")
+        if dataset_size is None:
+            try:
+                from spottrain.profiler.zoo_info import zoo_info
+
+                size = (zoo_info(workload.model).get("dataset") or {}).get("train_samples")
+            except Exception:
+                size = None
+            if not size:
+                raise InputError("--epochs needs --dataset-size (samples per epoch)")
+            return float(epochs) * float(size)
+        return float(epochs) * parse_count(dataset_size, option="--dataset-size")
+    curve = getattr(prof, "loss_curve", None) if prof is not None else None
+    if not curve:
+        raise InputError("--target-loss needs a --profile with a loss curve (spottrain profile --steps ...)")
+    try:
+        from spottrain.perf import ConvergenceModel  # type: ignore[attr-defined]
+    except ImportError:
+        raise InputError("--target-loss is not available yet: give --samples or --epochs") from None
+    model = ConvergenceModel().fit(curve)
+    steps = model.steps_to_target(target_loss, batch_size_global=workload.batch_size, workers=1)
+    return float(steps) * workload.batch_size
+
+
+def _render(result, out, report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spottrain.plan import Plan
+    from spottrain.planner.api import plan_label
+    from spottrain.units import format_duration
+
+    console = Console()
+    best = result.best
+    p = best.prediction
+    t = Table(title="Chosen plan", show_header=True)
+    for col in ("nodes", "instance type", "GPU", "market", "zone", "$/h per node"):
+        t.add_column(col)
+    for g in best.groups:
+        t.add_row(str(g.count), g.instance_type, f"{g.gpus_per_node}x {g.gpu}", "spot" if g.spot else "on-demand",
+                  g.zone or g.region, f"{g.price_usd_per_hour:.3f}")
+    console.print(t)
+    console.print(
+        f"throughput {p.throughput_samples_per_s:,.0f} samples/s ({p.throughput_low:,.0f}-{p.throughput_high:,.0f}), "
+        f"bottleneck [bold]{p.bottleneck}[/]\n"
+        f"time {format_duration(p.duration_s)} expected, {format_duration(p.duration_p95_s)} p95;  "
+        f"cost ${p.cost_usd:,.2f} expected, ${p.cost_p95_usd:,.2f} p95"
+        + (f";  P(meet deadline) {p.p_meet_deadline:.3f}" if p.p_meet_deadline is not None else "")
+        + f"\n{p.expected_revocations:.1f} revocations expected; checkpoint every "
+        f"{format_duration(best.checkpoint_interval_s)}; recovery policy {best.policy}"
+    )
+    console.print(f"[dim]{result.explanation}[/]")
+    rows = [("runner-up", r) for r in result.runners_up] + list(result.baselines.items())
+    if rows:
+        bt = Table(title="Alternatives (evaluated with the same models)")
+        for col in ("", "cluster", "expected time", "expected cost", "P(deadline)"):
+            bt.add_column(col)
+        for name, b in rows:
+            if isinstance(b, Plan):
+                q = b.prediction
+                bt.add_row(name, plan_label(b), format_duration(q.duration_s), f"${q.cost_usd:,.2f}",
+                           "-" if q.p_meet_deadline is None else f"{q.p_meet_deadline:.3f}")
+            else:
+                bt.add_row(name, f"[dim]{b}[/]", "", "", "")
+        console.print(bt)
+    s = result.stats
+    console.print(f"[dim]solver: {s.get('columns', 0):,} columns, {s.get('columns_after_pruning', 0)} after pruning, "
+                  f"{s.get('milp_calls', 0)} MILP solves, {s.get('seconds', 0):.3f} s[/]")
+    if out is not None:
+        console.print(f"plan saved to {out}")
+    if report is not None:
+        console.print(f"report written to {report}")

@@ -242,8 +242,8 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     cols, limits = ctx.cols, ctx.limits
     if max_kinds is not None:
         limits = replace(limits, max_kinds=max_kinds)
-    sub = cols if mask is None else _subset(cols, mask)
-    traffic = ctx.traffic if (mask is None or ctx.traffic is None) else ctx.traffic[mask]
+    sub = _subset(cols, mask)
+    traffic = ctx.traffic if (mask is None or ctx.traffic is None or mask.all()) else ctx.traffic[mask]
     objective = objective_of(ctx)
     ok = homogeneous_feasible(sub, ctx.cands, limits, ctx.work, traffic)
     incumbent = None
@@ -257,21 +257,23 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     return solve_mix(sub, ctx.cands, limits, ctx.work, objective, incumbent, ctx.evaluate, traffic, stats=stats)
 
 
-def _subset(cols: Columns, mask: np.ndarray) -> Columns:
+def _subset(cols: Columns, mask: np.ndarray | None) -> Columns:
+    if mask is None or mask.all():
+        return cols
     kw = {}
     for name in Columns.__dataclass_fields__:
         v = getattr(cols, name)
         if isinstance(v, np.ndarray):
             kw[name] = v[mask]
-        elif isinstance(v, tuple):
-            kw[name] = tuple(x for x, m in zip(v, mask) if m)
         else:
             kw[name] = v
     return Columns(**kw)
 
 
 def market_mask(ctx: Context, *, spot: bool = True, on_demand: bool = True) -> np.ndarray:
-    s = np.array([ctx.cands[i].spot for i in ctx.cols.cand], dtype=bool)
+    from spottrain.planner.formulation import spot_mask
+
+    s = spot_mask(ctx.cands)[ctx.cols.cand]
     return (s & spot) | (~s & on_demand)
 
 
@@ -279,7 +281,7 @@ def market_mask(ctx: Context, *, spot: bool = True, on_demand: bool = True) -> n
 
 
 def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanation: str = "",
-            extra: dict[str, Any] | None = None) -> Plan:
+            extra: dict[str, Any] | None = None, exact_interval: bool = False) -> Plan:
     w = ctx.job.workload
     groups = tuple(
         PlanGroup(cloud=c.cloud, instance_type=c.instance_type, gpu=c.gpu, gpus_per_node=c.gpus_per_node, count=n,
@@ -289,7 +291,7 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
     )
     spot_nodes = sum(g.count for g in groups if g.spot)
     interval = o.interval_s
-    if spot_nodes and groups:
+    if spot_nodes and groups and exact_interval:
         g0 = next(g for g in groups if g.spot)
         rate = o.revocations / max(o.time_mean_s, 1e-9)
         interval = _deps.optimal_checkpoint_interval_s(ctx.job.checkpoint_s, g0.cloud, g0.gpu, spot_nodes, rate / spot_nodes)
@@ -359,7 +361,7 @@ def plan(
                         "milp_calls": stats.milp_calls, "exact_evaluations": stats.exact_evaluations,
                         "proven_optimal": stats.proven_optimal, "seconds": round(t_solve, 4)},
              "candidates": ctx.report.candidates, "checkpoint_cost_s": ctx.job.checkpoint_s}
-    best_plan = to_plan(ctx, best, explanation=text, extra=extra)
+    best_plan = to_plan(ctx, best, explanation=text, extra=extra, exact_interval=True)
     front = pareto_points(ctx, mask, best) if pareto else []
     return PlanResult(best=best_plan, runners_up=[to_plan(ctx, r) for r in runners], pareto=front, baselines=base,
                       explanation=text, stats={**extra["solver"], "total_seconds": round(time.perf_counter() - t0, 4)})

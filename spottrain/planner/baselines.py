@@ -24,6 +24,7 @@ from spottrain.plan import Plan
 
 DEEPVM_UTILIZATION = 0.4
 SKYPILOT_ASSUMED_S = 3600.0
+SPOTDNN_MAX_KINDS = 2
 
 
 def run_baselines(ctx: Any) -> dict[str, Plan | str]:
@@ -112,7 +113,7 @@ def spotdnn_like(ctx: Any) -> Plan | str:
     if o is None:
         return "no spot-only ASP cluster meets the constraints"
     del spot_offers
-    return _plan(sub, o, "spotdnn", "ASP with 1 PS, spot only, bounds + window")
+    return _plan(sub, o, "spotdnn", f"ASP with {sub.job.ps} PS, spot only, bounds + window")
 
 
 def _reprepare(ctx: Any, prepare: Any) -> Any:
@@ -127,9 +128,15 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
 
     offers = [_Offer(c) for c in ctx.cands if c.spot]
     lim = ctx.limits
-    return prepare(ctx.job.workload, samples=ctx.work, deadline_s=lim.deadline_s, budget_usd=lim.budget_usd,
+    # enough parameter servers for the gradient traffic of the throughput the deadline needs
+    w = ctx.job.workload
+    need = ctx.work / lim.deadline_s if lim.deadline_s else 0.0
+    from spottrain.planner.api import PS_BANDWIDTH_GBPS
+
+    ps = max(1, math.ceil(2.0 * w.gradient_bytes * need / w.batch_size / (PS_BANDWIDTH_GBPS * 1e9 / 8)))
+    return prepare(w, samples=ctx.work, deadline_s=lim.deadline_s, budget_usd=lim.budget_usd,
                    confidence=lim.confidence, offers=offers, on_demand=False, max_nodes=lim.max_nodes,
-                   sync="async", ps=1)
+                   sync="async", ps=ps, max_kinds=SPOTDNN_MAX_KINDS)
 
 
 def cmdare_like(ctx: Any) -> Plan | str:

@@ -76,8 +76,31 @@ def _offer_price(offer: Any, spot: bool) -> float | None:
     return float(price)
 
 
+_INDEX: dict[int, tuple[Any, list[tuple[Any, tuple[float, float]]]]] = {}
+
+
+def _known_gpu_offers(offers: Sequence[Any]) -> tuple[list[tuple[Any, tuple[float, float]]], int]:
+    """Offers with a whole number of known GPUs, with (TFLOPS, GiB); cached per offer list."""
+    hit = _INDEX.get(id(offers))
+    if hit is not None and hit[0] is offers:
+        rows = hit[1]
+    else:
+        rows = []
+        for offer in offers:
+            count = offer.gpu_count
+            if not count or count < 1 or int(count) != count:
+                continue
+            info = _deps.gpu_info(offer.gpu)
+            if info is not None:
+                rows.append((offer, info))
+        if len(_INDEX) > 8:
+            _INDEX.clear()
+        _INDEX[id(offers)] = (offers, rows)
+    return rows, len(offers) - len(rows)
+
+
 def build_candidates(
-    offers: Iterable[Any],
+    offers: Sequence[Any],
     *,
     clouds: Sequence[str] | None = None,
     regions: Sequence[str] | None = None,
@@ -100,16 +123,13 @@ def build_candidates(
     gpus_l = {g.lower() for g in gpus} if gpus else None
     types_l = {t.lower() for t in instance_types} if instance_types else None
     best: dict[tuple[str, str, bool, str], Candidate] = {}
-    for offer in offers:
-        report.offers += 1
+    if not isinstance(offers, (list, tuple)):
+        offers = list(offers)
+    rows, unknown = _known_gpu_offers(offers)
+    report.offers = len(offers)
+    report.not_a_known_gpu = unknown
+    for offer, info in rows:
         count = offer.gpu_count
-        if not count or count < 1 or int(count) != count:
-            report.not_a_known_gpu += 1
-            continue
-        info = _deps.gpu_info(offer.gpu)
-        if info is None:
-            report.not_a_known_gpu += 1
-            continue
         if (
             (clouds_l and offer.cloud.lower() not in clouds_l)
             or (regions_l and offer.region.lower() not in regions_l)

@@ -43,7 +43,7 @@ class Columns:
     thr: np.ndarray
     low: np.ndarray
     high: np.ndarray
-    bottleneck: tuple[str, ...]
+    bottleneck: np.ndarray
     price_rate: np.ndarray
     """$/h of the whole column."""
     rate: np.ndarray
@@ -80,24 +80,33 @@ def node_counts(cands: Sequence[Candidate], max_nodes: int, quotas: dict[str, in
 
 
 def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> Columns:
-    """Assess every (candidate, 1..limit) column."""
-    idx, ns, thr, lo, hi, bott, price, rate, smean, ssd = [], [], [], [], [], [], [], [], [], []
+    """Assess every (candidate, 1..limit) column.
+
+    Throughput and risk depend on the node kind (cloud, GPU, GPUs per node, network, market) and
+    the count, not on the region or zone, so each distinct kind is assessed once and shared.
+    """
+    keys: dict[tuple, int] = {}
+    kind_of = np.empty(len(cands), dtype=int)
     for i, c in enumerate(cands):
-        m = int(limits[i])
+        kind_of[i] = keys.setdefault((c.cloud, c.gpu, c.gpus_per_node, c.network_gbps, c.spot), len(keys))
+    limits = np.asarray(limits, dtype=int)
+    kind_m = np.zeros(len(keys), dtype=int)
+    if len(cands):
+        np.maximum.at(kind_m, kind_of, limits)
+    thr, lo, hi, bott, rate, smean, ssd, kn = [], [], [], [], [], [], [], []
+    for (cloud, gpu, g, net, spot), k in keys.items():
+        m = int(kind_m[k])
         if m < 1:
             continue
-        t, l, h, b = _deps.throughput_curve(job.workload, c.gpu, c.gpus_per_node, c.network_gbps, m,
-                                            sync=job.sync, ps=job.ps)
+        t, l, h, b = _deps.throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
         n = np.arange(1, m + 1)
-        idx.append(np.full(m, i))
-        ns.append(n)
         thr.append(t[:m])
         lo.append(l[:m])
         hi.append(h[:m])
         bott.extend(b[:m])
-        price.append(n * c.price_usd_per_hour)
-        if c.spot:
-            rev = _deps.revocation(c.cloud, c.gpu)
+        kn.append(n)
+        if spot:
+            rev = _deps.revocation(cloud, gpu)
             rate.append(n * rev.rate_per_s)
             smean.append(REGROUP_S + rev.restart_mean_s / n)
             ssd.append(rev.restart_sd_s / n)
@@ -106,10 +115,20 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             smean.append(np.full(m, REGROUP_S))
             ssd.append(np.zeros(m))
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
-    thr_a, rate_a, sm, sd = cat(thr), cat(rate), cat(smean), cat(ssd)
-    a = risk.assess(job.samples, thr_a, cat(lo), cat(hi), rate_a, sm, sd, job.checkpoint_s,
+    offset = np.concatenate([[0], np.cumsum(np.maximum(kind_m, 0))])
+    thr_k, rate_k = cat(thr), cat(rate)
+    a = risk.assess(job.samples, thr_k, cat(lo), cat(hi), rate_k, cat(smean), cat(ssd), job.checkpoint_s,
                     deadline_s=job.deadline_s, confidence=job.confidence)
-    return Columns(cand=cat(idx).astype(int), n=cat(ns).astype(int), thr=thr_a, low=cat(lo), high=cat(hi),
-                   bottleneck=tuple(bott), price_rate=cat(price), rate=rate_a, stall_mean_s=sm, stall_sd_s=sd,
-                   time_mean_s=a.time_mean_s, time_q_s=a.time_q_s, time_p95_s=a.time_p95_s, p_deadline=a.p_deadline,
-                   interval_s=a.interval_s, revocations=a.revocations)
+    pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
+    cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
+    g = cat(pos).astype(int)
+    cand_a = cat(cand).astype(int)
+    n_a = cat(kn).astype(int)[g] if g.size else np.zeros(0, int)
+    price = np.array([c.price_usd_per_hour for c in cands])
+    bott_a = np.array(bott, dtype=object)
+    return Columns(cand=cand_a, n=n_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
+                   price_rate=n_a * price[cand_a] if g.size else np.zeros(0), rate=rate_k[g],
+                   stall_mean_s=cat(smean)[g], stall_sd_s=cat(ssd)[g], time_mean_s=a.time_mean_s[g],
+                   time_q_s=a.time_q_s[g], time_p95_s=a.time_p95_s[g],
+                   p_deadline=None if a.p_deadline is None else a.p_deadline[g], interval_s=a.interval_s[g],
+                   revocations=a.revocations[g])

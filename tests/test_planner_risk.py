@@ -1,0 +1,61 @@
+"""The risk model: closed form against Monte Carlo, and consistency of P and quantiles."""
+
+import numpy as np
+import pytest
+
+from spottrain.planner import risk
+
+
+def test_no_revocations_no_uncertainty_is_work_over_throughput():
+    a = risk.assess(1e6, np.array([100.0]), np.array([100.0]), np.array([100.0]), np.array([0.0]),
+                    np.array([30.0]), np.array([0.0]), 10.0, deadline_s=1e4 + 1, confidence=0.95)
+    assert a.time_mean_s[0] == pytest.approx(1e4)
+    assert a.p_deadline[0] == pytest.approx(1.0)
+
+
+def test_probability_and_quantile_agree():
+    rng = np.random.default_rng(1)
+    thr = rng.uniform(50, 500, 200)
+    rate = rng.uniform(0, 1e-4, 200)
+    a = risk.assess(5e6, thr, thr * 0.8, thr * 1.2, rate, np.full(200, 60.0), np.full(200, 20.0), 8.0,
+                    deadline_s=3e4, confidence=0.9)
+    meets = a.p_deadline >= 0.9
+    assert np.array_equal(meets, a.time_q_s <= 3e4)
+
+
+def test_mean_matches_a_simulation_of_revocations():
+    """Simulate checkpoint/restart with Poisson revocations and compare the expected time."""
+    work, thr, rate, stall, ckpt = 2e6, 100.0, 1 / 3600.0, 120.0, 20.0
+    a = risk.assess(work, np.array([thr]), np.array([thr]), np.array([thr]), np.array([rate]),
+                    np.array([stall]), np.array([0.0]), ckpt)
+    tau = a.interval_s[0]
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(3000):
+        t, done, since_ckpt = 0.0, 0.0, 0.0
+        need = work / thr
+        while done < need:
+            to_fail = rng.exponential(1 / rate)
+            seg = min(tau - since_ckpt, need - done)
+            if to_fail >= seg:
+                t += seg
+                done += seg
+                since_ckpt += seg
+                if since_ckpt >= tau - 1e-9 and done < need:
+                    t += ckpt
+                    since_ckpt = 0.0
+            else:
+                t += to_fail + stall + ckpt
+                done -= since_ckpt
+                done += 0.0
+                since_ckpt = 0.0
+                done = max(done, 0.0)
+                # the interrupted segment's progress is lost as well
+        times.append(t)
+    assert a.time_mean_s[0] == pytest.approx(np.mean(times), rel=0.05)
+
+
+def test_too_many_revocations_never_finish():
+    a = risk.assess(1e6, np.array([10.0]), np.array([10.0]), np.array([10.0]), np.array([1.0]),
+                    np.array([60.0]), np.array([0.0]), 10.0, deadline_s=1e9)
+    assert not np.isfinite(a.time_mean_s[0]) and a.p_deadline[0] == 0.0

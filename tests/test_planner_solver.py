@@ -1,0 +1,131 @@
+"""The planner's solver against brute force on small synthetic catalogs."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from spottrain.catalog import Offer
+from spottrain.errors import InfeasibleError, InputError
+from spottrain.perf.workload import Workload
+from spottrain.planner import plan
+from spottrain.planner.api import market_mask, prepare, solve
+from spottrain.planner.formulation import group_keys
+
+WORKLOAD = Workload(model="synthetic-resnet50", batch_size=64, flops_per_sample=24.3e9, param_count=25_557_032,
+                    gradient_bytes=102e6)
+
+
+def offer(itype, gpu, count, price, spot, region="r1", zone="r1a", net=10.0):
+    return Offer(cloud="aws", instance_type=itype, gpu=gpu, gpu_count=count, vcpus=8, memory_gib=61, region=region,
+                 zone=zone, price_usd_per_hour=price, spot_price_usd_per_hour=spot, network_gbps=net,
+                 network_estimated=False, source="synthetic")
+
+
+SYNTHETIC = [
+    offer("syn.v100a", "V100", 1, 3.06, 0.92),
+    offer("syn.v100a", "V100", 1, 3.06, 1.10, zone="r1b"),   # dearer zone: dominated
+    offer("syn.v100b", "V100", 1, 3.20, 1.05),
+    offer("syn.t4", "T4", 1, 0.53, 0.16),
+    offer("syn.t4x4", "T4", 4, 3.91, 1.17, net=50.0),
+    offer("syn.v100a", "V100", 1, 3.30, 0.99, region="r2", zone="r2a"),
+]
+
+
+def brute_force(ctx, mask, objective):
+    """Every plan of up to 3 kinds in one placement group, evaluated exactly."""
+    cands = [i for i in range(len(ctx.cands)) if mask[np.flatnonzero(ctx.cols.cand == i)].any()]
+    keys = group_keys(ctx.cands, ctx.limits.same_gpu)
+    best = None
+    limits = {i: int(ctx.cols.n[ctx.cols.cand == i].max()) for i in cands}
+    for k in (1, 2, 3):
+        for combo in itertools.combinations(cands, k):
+            if len({keys[i] for i in combo}) > 1:
+                continue
+            for counts in itertools.product(*[range(1, limits[i] + 1) for i in combo]):
+                if sum(counts) > ctx.limits.max_nodes:
+                    continue
+                o = ctx.evaluate(tuple(zip(combo, counts)))
+                if not o.feasible:
+                    continue
+                key = o.cost_usd if objective == "min-cost" else o.time_mean_s
+                if best is None or key < best[0] - 1e-9 * abs(best[0]):
+                    best = (key, o)
+    return best[1] if best else None
+
+
+@pytest.mark.parametrize("deadline_h,quotas", [(30, None), (12, {"syn.v100a": 3}), (6, {"syn.v100a": 2, "syn.v100b": 2}),
+                                               (9, {"syn.t4x4": 1})])
+def test_min_cost_equals_brute_force(deadline_h, quotas):
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=SYNTHETIC, max_nodes=6, quotas=quotas)
+    mask = market_mask(ctx)
+    got = solve(ctx, mask=mask)
+    want = brute_force(ctx, mask, "min-cost")
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert got.cost_usd == pytest.approx(want.cost_usd, rel=1e-9)
+        assert got.p_deadline >= 0.95
+
+
+def test_quota_forces_a_mix_that_brute_force_confirms():
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=5 * 3600, offers=SYNTHETIC, max_nodes=6,
+                  quotas={"syn.v100a": 2, "syn.v100b": 2})
+    got = solve(ctx, mask=market_mask(ctx))
+    assert got is not None and len(got.picks) >= 2, "a quota of 2 per type must force a mix for this deadline"
+    assert got.cost_usd == pytest.approx(brute_force(ctx, market_mask(ctx), "min-cost").cost_usd, rel=1e-9)
+
+
+@pytest.mark.parametrize("budget", [30.0, 60.0, 200.0])
+def test_max_throughput_within_budget_equals_brute_force(budget):
+    ctx = prepare(WORKLOAD, samples=20e6, budget_usd=budget, offers=SYNTHETIC, max_nodes=5,
+                  quotas={"syn.v100a": 2})
+    mask = market_mask(ctx)
+    got, want = solve(ctx, mask=mask), brute_force(ctx, mask, "max-throughput")
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert got.time_mean_s == pytest.approx(want.time_mean_s, rel=1e-9)
+        assert got.cost_usd <= budget
+
+
+def test_dearer_zone_is_dominated():
+    ctx = prepare(WORKLOAD, samples=1e6, deadline_s=3600 * 24, offers=SYNTHETIC, max_nodes=2)
+    v100a_r1_spot = [c for c in ctx.cands if c.instance_type == "syn.v100a" and c.spot and c.region == "r1"]
+    assert len(v100a_r1_spot) == 1 and v100a_r1_spot[0].price_usd_per_hour == 0.92
+    assert ctx.report.dominated_zones >= 1
+
+
+def test_spot_only_and_anchor():
+    spot = plan(WORKLOAD, samples=20e6, deadline_s=12 * 3600, offers=SYNTHETIC, max_nodes=6, spot_only=True,
+                baselines=False)
+    assert all(g.spot for g in spot.best.groups)
+    anchored = plan(WORKLOAD, samples=20e6, deadline_s=12 * 3600, offers=SYNTHETIC, max_nodes=6,
+                    on_demand_anchor=True, baselines=False)
+    assert any(not g.spot for g in anchored.best.groups)
+    assert anchored.best.prediction.cost_usd >= spot.best.prediction.cost_usd
+
+
+def test_infeasible_deadline_names_the_fastest_plan():
+    with pytest.raises(InfeasibleError, match=r"shorter than the fastest plan: .* on \d+x syn\."):
+        plan(WORKLOAD, samples=20e6, deadline_s=600, offers=SYNTHETIC, max_nodes=4, baselines=False)
+
+
+def test_budget_below_cheapest_plan():
+    with pytest.raises(InfeasibleError, match="below the cheapest plan"):
+        plan(WORKLOAD, samples=20e6, budget_usd=0.01, offers=SYNTHETIC, max_nodes=4, baselines=False)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(deadline_s=0), "positive"), (dict(deadline_s=-5), "positive"), (dict(budget_usd=0), "positive"),
+    (dict(), "--deadline"), (dict(deadline_s=3600, spot_only=True, on_demand_anchor=True), "contradicts"),
+    (dict(deadline_s=3600, confidence=1.2), "probability"),
+])
+def test_bad_requests(kw, msg):
+    with pytest.raises(InputError, match=msg):
+        plan(WORKLOAD, samples=1e6, offers=SYNTHETIC, baselines=False, **kw)
+
+
+def test_model_that_does_not_fit_any_gpu_is_infeasible():
+    huge = Workload(model="synthetic-huge", batch_size=1, flops_per_sample=1e12, param_count=20_000_000_000,
+                    gradient_bytes=80e9)
+    with pytest.raises(InfeasibleError, match="too small for the batch"):
+        plan(huge, samples=1e6, deadline_s=3600 * 24, offers=SYNTHETIC, baselines=False)
