@@ -52,3 +52,54 @@ def test_errors():
         ConvergenceModel().steps_to_target(0.1, batch_size_global=1)
     with pytest.raises(InputError):
         ConvergenceModel().fit([[1, 2]])
+
+
+def test_lr_boundary_found_where_every_worker_count_drops():
+    from spottrain.perf.convergence import detect_lr_boundaries
+
+    curves = curves_from_rows(load_accuracy_curves())
+    (b,) = detect_lr_boundaries(list(curves.values()))
+    # the 1-worker curve is still high at its 32000-step evaluation; the 8-worker one has dropped by 32067
+    assert 32000 <= b <= 32100
+
+
+def test_two_phase_synthetic_curve_is_recovered():
+    def loss(s):
+        return 40.0 / (s + 50.0) + 0.3 if s < 1000 else 5.0 / (s - 1000 + 20.0) + 0.1
+
+    curve = [[s, loss(s)] for s in range(10, 2000, 10)]
+    m = ConvergenceModel(batch_size=8, lr_boundaries=(1000,)).fit(curve)
+    assert m.loss_at(1500, batch_size_global=8) == pytest.approx(loss(1500), rel=0.02)
+    assert m.steps_to_target(0.2, batch_size_global=8) == pytest.approx(1030, rel=0.02)  # only after the LR drop
+    assert math.isinf(m.steps_to_target(0.05, batch_size_global=8))  # below the last phase's floor
+
+
+def test_staleness_form_with_phases_beats_spotdnn_on_held_out_worker_counts():
+    curves = curves_from_rows(load_accuracy_curves())
+
+    def crossing(c, t):
+        pts = list(zip(c.steps, c.losses))
+        return next((s0 + (l0 - t) / (l0 - l1) * (s1 - s0) for (s0, l0), (s1, l1) in zip(pts, pts[1:]) if l0 > t >= l1),
+                    None)
+
+    err = {"ours": [], "spotdnn": []}
+    for n_out in curves:
+        train = [c for n, c in curves.items() if n != n_out]
+        models = {"ours": ConvergenceModel(lr_boundaries="auto", form="staleness").fit(train),
+                  "spotdnn": ConvergenceModel().fit(train)}
+        for t in (0.2, 0.15, 0.12):
+            meas = crossing(curves[n_out], t)
+            for k, m in models.items():
+                err[k].append(abs(m.steps_to_target(t, batch_size_global=128, workers=n_out) - meas) / meas)
+    assert sum(err["ours"]) < 0.6 * sum(err["spotdnn"])
+
+
+def test_single_worker_curve_uses_default_staleness():
+    from spottrain.perf.convergence import DEFAULT_STALENESS
+
+    curve = [[s, 50.0 / (s + 20.0) + 0.2] for s in range(1, 2000, 20)]
+    m = ConvergenceModel(batch_size=16, form="staleness").fit(curve)
+    assert m.coef_[3] == DEFAULT_STALENESS[0]
+    assert m.steps_to_target(0.3, batch_size_global=16, workers=4) > m.steps_to_target(0.3, batch_size_global=16)
+    with pytest.raises(InputError):
+        ConvergenceModel(form="nope").fit(curve)

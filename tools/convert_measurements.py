@@ -7,6 +7,7 @@ measurement-table interface (``model, batch_size, cluster, ps, sync, throughput`
 ``spottrain/data/measurements/``::
 
     python tools/convert_measurements.py --data ../shared/data --out spottrain/data/measurements
+    python tools/convert_measurements.py --params-only     # refit the default model's saved parameters
 
 Assumptions (also written in spottrain/data/measurements/SOURCE.md):
 
@@ -253,7 +254,11 @@ def main() -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p.add_argument("--data", default=os.path.join(here, "..", "shared", "data"))
     p.add_argument("--out", default=os.path.join(here, "spottrain", "data", "measurements"))
+    p.add_argument("--params-only", action="store_true", help="only refit the default model's saved parameters")
     a = p.parse_args()
+    if a.params_only:
+        write_default_model(a.out)
+        return
     os.makedirs(a.out, exist_ok=True)
     write(cmdare_rows(a.data), os.path.join(a.out, "cmdare.csv"))
     write(transient_rows(a.data), os.path.join(a.out, "transient_dl.csv"))
@@ -261,6 +266,20 @@ def main() -> None:
     curves = accuracy_curves(a.data)
     os.makedirs(os.path.join(a.out, "curves"), exist_ok=True)
     write(curves, os.path.join(a.out, "curves", "transient_dl_accuracy.csv"), list(curves[0]))
+    write_default_model(a.out)
+
+
+def write_default_model(out: str) -> None:
+    """Fit spottrain's default throughput model on the tables just written and save its state."""
+    import json
+
+    from spottrain.perf.throughput import DEFAULT_PARAMS_FILE, fit_default_model
+
+    path = os.path.join(out, DEFAULT_PARAMS_FILE)
+    with open(path, "w") as fh:
+        json.dump(fit_default_model().to_dict(), fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    print(f"wrote the default model's fitted parameters to {path}")
 
 
 if __name__ == "__main__":

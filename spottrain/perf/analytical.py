@@ -215,3 +215,87 @@ def bottleneck(row_ps: int, parts: dict, i: int) -> str:
     if parts["ps_util"][i] > 0.8:
         return "ps"
     return max(times, key=times.get)
+
+
+@dataclass(frozen=True)
+class GroupInput:
+    """One cluster group for :func:`predict_one`: nodes of one GPU type."""
+
+    count: int
+    gpn: int
+    log_p: float  # log sustained peak TFLOPS of the path used (fp32 / TF32 / fp16 mixed as lam-weighted below)
+    log_p32: float
+    log_bw: float
+    link_gbs: float
+    net_gbs: float  # per-node network GB/s before efficiency
+    effect: float  # e_g + e_gm
+
+
+def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
+                ps: int, asyn: bool, model_effect: float) -> tuple[float, dict, list[float]]:
+    """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
+
+    Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
+    """
+    g = dict(zip(GLOBALS, (float(v) for v in theta)))
+    work = b * flops
+    x = min(max(g["c0"] + g["w_size"] * (math.log(work) - SIZE_REF), -30.0), 30.0)
+    eff = 1.0 / (1.0 + math.exp(-x))
+    lam = g["lam16"] if fp16 else g["lam_tf32"]
+    log_ai = g["log_ai"] + g["w_ai"] * (math.log(grad / 4.0 / ntens) - WIDTH_REF) + (math.log(2.0) if fp16 else 0.0)
+    ai = math.exp(log_ai)
+    t_fixed = math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * ntens
+    link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
+    tc, ti, tn = [], [], []
+    for gr in groups:
+        lpeff = gr.log_p32 + lam * (gr.log_p - gr.log_p32)
+        per_flop = 1.0 / (math.exp(lpeff) * 1e12 * eff) + 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
+        tc.append(t_fixed + work * per_flop * math.exp(-(g["log_level"] + gr.effect + model_effect)))
+        G = gr.gpn
+        ti.append(2.0 * (G - 1) / G * grad / (gr.link_gbs * 1e9 * link_eff) if G > 1 else 0.0)
+        tn.append(2.0 * grad / (gr.net_gbs * 1e9 * net_eff))
+    N = sum(gr.count for gr in groups)
+    gpus = sum(gr.count * gr.gpn for gr in groups)
+    tc_max, ti_max = max(tc), max(ti)
+    if ps == 0:
+        net_min = min(gr.net_gbs for gr in groups) * 1e9 * net_eff
+        t_inter = 2.0 * (N - 1) / N * grad / net_min if N > 1 else 0.0
+        t_ar = ti_max + t_inter
+        phi = min(max(g["phi"], 0.0), 1.0)
+        T = tc_max + t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max)
+        x_total = gpus * b / T
+        per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
+        return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_w=T), per
+    k = float(max(ps, 1))
+    D = (math.exp(g["log_ps_t"]) * ntens / k ** g["kappa_t"]
+         + 2.0 * grad / (math.exp(g["log_bps"]) * 1e9 * k ** g["kappa"]))
+    phi_ps = min(max(g["phi_ps"], 0.0), 1.0)
+    Z = []
+    for c, i, n in zip(tc, ti, tn):
+        move = max(n, D)
+        Z.append(c + i + (move - D) - phi_ps * min(move, c))
+    Z_max = max(Z)
+    if asyn:
+        inv = sum(gr.count / (z + D) for gr, z in zip(groups, Z))
+        X, R = mva_scalar(N / inv - D, D, N)
+        shares = [gr.count / (z + R) for gr, z in zip(groups, Z)]
+        tot = sum(shares)
+        per = [X * s / tot * gr.gpn * b for gr, s in zip(groups, shares)]
+        x_total = sum(per)
+        parts = dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=R, ps_util=X * D, t_w=Z_max + R)
+        return x_total, parts, per
+    T = Z_max + N * D
+    x_total = gpus * b / T
+    per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
+    return x_total, dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=N * D, ps_util=N * D / T, t_w=T), per
+
+
+def bottleneck_of(ps: int, parts: dict) -> str:
+    """:func:`bottleneck` for the parts of :func:`predict_one`."""
+    if ps == 0:
+        times = {"compute": parts["t_comp"], "network": parts["t_inter"], "pcie": parts["t_intra"]}
+        return max(times, key=times.get)
+    if parts["ps_util"] > 0.8:
+        return "ps"
+    times = {"compute": parts["t_comp"], "network": parts["t_nic"], "pcie": parts["t_intra"], "ps": parts["t_ps"]}
+    return max(times, key=times.get)

@@ -130,6 +130,7 @@ def _instance(name: str) -> Device | None:
     return Device(**{**base.__dict__, "network_gbps": float(offers[0].network_gbps)})
 
 
+@functools.lru_cache(maxsize=1024)
 def instance_gpu_count(name: str) -> int | None:
     """GPUs per node of an instance type, or ``None`` when ``name`` is a GPU name."""
     try:

@@ -354,6 +354,75 @@ class ThroughputModel:
                 per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
         return out
 
+    _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "fitted_gpus_", "fitted_models_",
+              "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_")
+
+    def to_dict(self) -> dict:
+        """Fitted state as JSON-ready data (a model without a learned correction)."""
+        self._check()
+        if self.correction_ is not None:
+            raise InputError("a model with a learned correction cannot be saved; fit with correction='none'")
+        out = {"params": {k: v for k, v in self.get_params().items() if k != "prior"}, "globals": list(an.GLOBALS)}
+        for k in self._STATE:
+            v = getattr(self, k)
+            if isinstance(v, np.ndarray):
+                v = [float(x) for x in v]
+            elif isinstance(v, set):
+                v = sorted(v)
+            elif isinstance(v, dict):
+                v = {a: float(b) for a, b in sorted(v.items())}
+            out[k] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ThroughputModel":
+        """Inverse of :meth:`to_dict`."""
+        if list(data.get("globals", [])) != list(an.GLOBALS):
+            raise InputError("saved throughput model is from another version of the analytical model; refit it")
+        m = cls(**data["params"])
+        for k in cls._STATE:
+            v = data[k]
+            if k == "theta_":
+                v = np.array(v, float)
+            elif k in ("fitted_gpus_", "fitted_models_"):
+                v = set(v)
+            setattr(m, k, v)
+        m.correction_ = None
+        return m
+
+    def predict_one(self, q: "_Query") -> ThroughputPrediction:
+        """Predict one configuration through the scalar fast path (no learned correction).
+
+        Agrees with :meth:`predict` (tests check it); used by :func:`predict_throughput`.
+        """
+        self._check()
+        if self.correction_ is not None:
+            return self.predict([q], warn=False)[0]
+        resolved = _resolve_groups(q.cluster)
+        fp16 = q.precision == "fp16"
+        groups = []
+        for g, name, gpn in resolved:
+            d = device(name)
+            key = f"{name}/{q.precision}"
+            groups.append(an.GroupInput(
+                count=g.count, gpn=gpn, log_p=math.log(d.tensor_tflops(q.precision) * d.sustained),
+                log_p32=math.log(d.fp32_tflops * d.sustained), log_bw=math.log(d.memory_bandwidth_gbs),
+                link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
+                net_gbs=(q.network_gbps or device(g.gpu).network_gbps) / 8.0,
+                effect=self.gpu_effects_.get(key, 0.0) + self.inter_effects_.get(f"{key}|{q.model}", 0.0)))
+        thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
+                                         ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
+                                         model_effect=self.model_effects_.get(q.model, 0.0))
+        notes = self._extrapolation(q)
+        half = self.interval_log_
+        if notes:
+            half = math.sqrt(half**2 + (0.25 * len(notes)) ** 2)
+        return ThroughputPrediction(
+            throughput=thr, low=thr * math.exp(-half), high=thr * math.exp(half), iteration_time_s=parts["t_w"],
+            bottleneck=an.bottleneck_of(q.ps, parts), extrapolated=bool(notes), notes=tuple(notes),
+            per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
+                            for (g, name, gpn), x in zip(resolved, per)))
+
     def score(self, measurements: list[Measurement]) -> float:
         """Mean absolute percentage error (%) on measured rows."""
         pred = self.predict(measurements, warn=False)
@@ -364,14 +433,34 @@ _DEFAULT: ThroughputModel | None = None
 _LOCK = threading.Lock()
 
 
+DEFAULT_PARAMS_FILE = "default_model.json"
+"""Fitted state of :func:`default_model`, in spottrain/data/measurements (written by
+``tools/convert_measurements.py``; a test checks it equals a fresh fit)."""
+
+
+def fit_default_model() -> ThroughputModel:
+    """Fit the default model on the shipped real measurement tables (a few seconds)."""
+    from spottrain.perf.measurements import load_shipped
+
+    return ThroughputModel(folds=0, correction="none").fit(load_shipped())
+
+
 def default_model() -> ThroughputModel:
-    """The model calibrated on the shipped real measurement tables (fitted once per process)."""
+    """The model calibrated on the shipped real measurement tables (loaded once per process).
+
+    Reads the saved fit (milliseconds); fits afresh only if the saved file is missing or stale.
+    """
     global _DEFAULT
     with _LOCK:
         if _DEFAULT is None:
-            from spottrain.perf.measurements import load_shipped
+            import json
+            from importlib import resources
 
-            _DEFAULT = ThroughputModel(folds=0, correction="none").fit(load_shipped())
+            try:
+                text = resources.files("spottrain").joinpath("data", "measurements", DEFAULT_PARAMS_FILE).read_text()
+                _DEFAULT = ThroughputModel.from_dict(json.loads(text))
+            except (OSError, ValueError, KeyError, InputError):
+                _DEFAULT = fit_default_model()
         return _DEFAULT
 
 
@@ -417,7 +506,7 @@ def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int
                network_gbps=network_gbps, tensors=workload.tensor_count)
     if workload.step_time_s_ref and workload.ref_gpu:
         m = _calibrated_for(m, workload)
-    return m.predict([q], warn=False)[0]
+    return m.predict_one(q)
 
 
 def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:

@@ -1,0 +1,128 @@
+"""Throughput model internals: PS queueing, fast path, saved default fit, instance types, mixed clusters."""
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from spottrain.perf import Workload, default_model, load_shipped, predict_throughput, read_measurements
+from spottrain.perf import analytical as an
+from spottrain.perf.throughput import ThroughputModel, _Query, fit_default_model
+from spottrain.types import ClusterSpec
+
+
+def test_mva_one_worker_and_saturation():
+    X, R = an.mva(np.array([0.1]), np.array([0.02]), np.array([1.0]))
+    assert X[0] == pytest.approx(1 / 0.12) and R[0] == pytest.approx(0.02)
+    xs = [an.mva_scalar(0.1, 0.02, n)[0] for n in (1, 2, 4, 8, 16, 64, 1000)]
+    assert all(b > a for a, b in zip(xs, xs[1:-1]))  # more workers, more updates
+    assert xs[-2] == pytest.approx(1 / 0.02, rel=1e-3) and xs[-1] <= 1 / 0.02 + 1e-9  # capped by the servers
+    assert xs[2] < 4 / 0.12  # queueing already costs something at 4 workers
+    for n in (1, 3, 9, 40):  # vectorised and scalar agree
+        assert an.mva(np.array([0.3]), np.array([0.05]), np.array([float(n)]))[0][0] == pytest.approx(
+            an.mva_scalar(0.3, 0.05, n)[0])
+
+
+def test_fast_path_equals_vectorised_predict():
+    m = default_model()
+    w = Workload.from_zoo("resnet50", 64)
+    cases = itertools.product(["1xV100", "4xp3.2xlarge", "1xV100+2xK80", "2xA100:8", "8xK80", "3xT4:4+2xV100"],
+                              [0, 1, 3], ["sync", "async"], ["fp32", "fp16"], [None, 160])
+    for cluster, ps, sync, prec, tensors in cases:
+        if ps == 0 and sync == "async":
+            continue
+        q = _Query(model="resnet50", batch_size=64, cluster=ClusterSpec.parse(cluster), ps=ps, sync=sync,
+                   flops=w.flops_per_sample, grad=w.gradient_bytes, precision=prec, tensors=tensors)
+        fast, vec = m.predict_one(q), m.predict([q], warn=False)[0]
+        assert fast.throughput == pytest.approx(vec.throughput, rel=1e-9)
+        assert fast.bottleneck == vec.bottleneck
+        assert sum(g["samples_per_s"] for g in fast.per_group) == pytest.approx(fast.throughput, rel=1e-9)
+
+
+def test_shipped_default_parameters_equal_a_fresh_fit():
+    shipped, fresh = default_model(), fit_default_model()
+    assert shipped.n_rows_ == fresh.n_rows_
+    np.testing.assert_allclose(shipped.theta_, fresh.theta_, rtol=1e-4, atol=1e-4)
+    rows = load_shipped()
+    a = np.array([p.throughput for p in shipped.predict(rows, warn=False)])
+    b = np.array([p.throughput for p in fresh.predict(rows, warn=False)])
+    np.testing.assert_allclose(a, b, rtol=1e-3)
+
+
+def test_uncached_prediction_is_fast():
+    w = Workload.from_zoo("resnet50", 64)
+    predict_throughput(w, "1xV100")
+    t = time.perf_counter()
+    n = 0
+    for i in range(1, 65):
+        for ps in (0, 1, 2):
+            predict_throughput(w, f"{i}xV100", ps=ps, sync="sync", network_gbps=9.5)  # unseen keys: no memo hit
+            n += 1
+    assert (time.perf_counter() - t) / n < 300e-6  # ~50 us here; loose for slow CI machines
+
+
+def test_instance_types_use_catalog_gpu_count_and_network():
+    from spottrain.catalog import load_catalog
+
+    w = Workload.from_zoo("resnet50", 64)
+    offer = load_catalog().instance("p3.2xlarge")[0]
+    by_instance = predict_throughput(w, "4xp3.2xlarge", ps=1, sync="async")
+    by_gpu = predict_throughput(w, f"4x{offer.gpu}", ps=1, sync="async", network_gbps=offer.network_gbps)
+    assert by_instance.throughput == pytest.approx(by_gpu.throughput)
+    big = load_catalog().instance("p3.8xlarge")[0]
+    p = predict_throughput(w, "2xp3.8xlarge")
+    assert p.per_group[0]["gpus_per_node"] == big.gpu_count
+    assert p.throughput == pytest.approx(
+        predict_throughput(w, f"2xV100:{big.gpu_count}", network_gbps=big.network_gbps).throughput)
+    # a slower network makes the PS-async cluster slower, never faster
+    assert predict_throughput(w, "4xV100", ps=1, sync="async", network_gbps=1.0).throughput < by_gpu.throughput
+
+
+def test_heterogeneous_clusters_behave():
+    w = Workload.from_zoo("resnet50", 64)
+    one = {g: predict_throughput(w, f"1x{g}", ps=1, sync="async").throughput for g in ("V100", "K80")}
+    asyn = predict_throughput(w, "1xV100+2xK80", ps=1, sync="async")
+    sync = predict_throughput(w, "1xV100+2xK80", ps=1, sync="sync")
+    v100, k80 = asyn.per_group
+    assert v100["samples_per_s"] > k80["samples_per_s"] / 2  # a V100 node outruns a K80 node
+    assert max(one.values()) < asyn.throughput <= one["V100"] + 2 * one["K80"] + 1e-9  # helps, sublinear
+    assert sync.throughput < asyn.throughput  # sync waits for the K80s
+    assert sync.throughput <= 3 * predict_throughput(w, "1xK80", ps=1, sync="sync").throughput + 1e-9
+    # order of the groups does not matter
+    assert predict_throughput(w, "2xK80+1xV100", ps=1, sync="async").throughput == pytest.approx(asyn.throughput)
+
+
+def test_more_servers_relieve_a_saturated_ps():
+    w = Workload(model="x", batch_size=32, flops_per_sample=1e8, param_count=5_000_000, gradient_bytes=2e7,
+                 tensor_count=300)
+    one, two = (predict_throughput(w, "16xV100", ps=k, sync="async") for k in (1, 2))
+    assert one.bottleneck == "ps" and two.throughput > one.throughput
+
+
+def test_tensor_count_column_roundtrip(tmp_path):
+    from spottrain.perf import write_measurements
+
+    src = tmp_path / "m.csv"
+    src.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count,tensor_count\n"
+                   "a,32,2xV100,1,async,100,1e9,1000000,57\nb,32,2xV100,1,async,100,1e9,1000000,\n")
+    rows = read_measurements(src)
+    assert rows[0].tensor_count == 57 and rows[1].tensor_count is None
+    write_measurements(rows, tmp_path / "out.csv")
+    again = read_measurements(tmp_path / "out.csv")
+    assert [r.tensor_count for r in again] == [57, None]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count,tensor_count\n"
+                   "a,32,2xV100,1,async,100,1e9,1000000,-3\n")
+    with pytest.raises(Exception, match="line 2.*tensor_count"):
+        read_measurements(bad)
+
+
+def test_unseen_model_from_cmdare_uses_tensor_count_structure():
+    # Leave ResNet-32 out entirely; the 1-PS P100 series is predicted from other models' rows.
+    cm = load_shipped(("cmdare",))
+    test = [m for m in cm if m.model == "t2t-res32" and m.ps == 1]
+    model = ThroughputModel(folds=0, correction="none").fit([m for m in cm if m.model != "t2t-res32"])
+    pred = np.array([p.throughput for p in model.predict(test, warn=False)])
+    y = np.array([m.throughput for m in test])
+    assert float(np.mean(np.abs(pred - y) / y)) < 0.15
