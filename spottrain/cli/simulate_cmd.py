@@ -128,6 +128,7 @@ def reproduce(
     study: Annotated[str, typer.Argument(help="Which study to reproduce: icac19.")],
     runs: Annotated[int, typer.Option(help="Monte Carlo runs per spot cluster.")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Calibrate the workload with CM-DARE's single-worker step time per GPU.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON to stdout.")] = False,
 ) -> None:
     """Predict a published study's measured clusters with our models and show the error.
@@ -141,7 +142,7 @@ def reproduce(
     if runs <= 0:
         raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
     with err.status("simulating the ICAC'19 clusters"):
-        result = rp.reproduce_icac19(runs=runs, seed=seed)
+        result = rp.reproduce_icac19(runs=runs, seed=seed, calibrate=calibrate)
     if as_json:
         print(json.dumps(result.to_dict(), indent=1))
         return

@@ -33,6 +33,7 @@ its seed.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,7 +250,7 @@ class JobRun:
         self.rev = setup.source.for_run(self.rng)
         self.env = Environment()
         self.live: dict[str, _Node] = {}
-        self.pending: list[_Node] = []
+        self.pending: dict[str, _Node] = {}
         self.billed: dict[str, _Node] = {}
         self.free_slots: list[int] = list(range(max(setup.spot_nodes, 1)))
         self._next_id = 0
@@ -384,14 +385,14 @@ class JobRun:
             node = _Node(f"n{self._next_id}", t, batch)
             self._next_id += 1
             batch.nodes.append(node)
-            self.pending.append(node)
+            self.pending[node.id] = node
             self._acquire(node)
 
     def _acquire(self, node: _Node) -> None:
         now = self.env.now
         t = node.type
         if t.spot:
-            node.slot = self.free_slots.pop(0) if self.free_slots else self.s.spot_nodes
+            node.slot = heapq.heappop(self.free_slots) if self.free_slots else self.s.spot_nodes
             node.acq = self.rev.acquire_time(now, node.slot)
             delay = self._delay(t)
         else:
@@ -490,8 +491,8 @@ class JobRun:
         for n in nodes:
             n.joined = True
             self.live[n.id] = n
-        pend = set(id(n) for n in nodes)
-        self.pending = [n for n in self.pending if id(n) not in pend]
+        for n in nodes:
+            self.pending.pop(n.id, None)
         if self.chief is None:
             self.chief = nodes[0].id
         now = self.env.now
@@ -521,11 +522,9 @@ class JobRun:
             del self.billed[node.id]
             self.cost_rate = max(self.cost_rate - self._price_of(node.type) / 3600.0, 0.0)
         if node.slot >= 0 and node.slot < self.s.spot_nodes:
-            self.free_slots.append(node.slot)
-            self.free_slots.sort()
+            heapq.heappush(self.free_slots, node.slot)
             node.slot = -1
-        if node in self.pending:
-            self.pending.remove(node)
+        self.pending.pop(node.id, None)
         self.live.pop(node.id, None)
 
     def _flush_notices(self) -> None:
@@ -554,7 +553,7 @@ class JobRun:
             fresh = _Node(f"n{self._next_id}", node.type, batch)
             self._next_id += 1
             batch.nodes.append(fresh)
-            self.pending.append(fresh)
+            self.pending[fresh.id] = fresh
             self._acquire(fresh)
         if not joined:
             return
@@ -621,7 +620,7 @@ class JobRun:
             self.tl["decisions"].append((self.env.now, d.reason))
         if d.switch_to_on_demand:
             self.switched = True
-            for node in [n for n in self.pending if n.type.spot]:
+            for node in [n for n in self.pending.values() if n.type.spot]:
                 self._leave(node)  # outstanding spot requests are cancelled
         if d.checkpoint_now and self.train_since is not None:
             self._begin_checkpoint()
@@ -630,7 +629,7 @@ class JobRun:
             self._account()
             released_live = False
             for nid in d.release:
-                node = self.live.get(nid) or next((n for n in self.pending if n.id == nid), None)
+                node = self.live.get(nid) or self.pending.get(nid)
                 if node is None:
                     continue
                 released_live |= node.joined

@@ -10,6 +10,8 @@ What predicts, and what it was fitted on (none of it on the measured cluster run
 - **Throughput**: :class:`spottrain.perf.ThroughputModel` fitted on the CM-DARE (ICDCS'20)
   measurement table only (``cmdare.csv``: single-worker speeds of 20 models and 1-8 worker
   clusters of K80 / P100, 1 and 2 PS). The ICAC'19 table (``transient_dl.csv``) is excluded.
+  With ``calibrate=True`` the workload is also calibrated per GPU with CM-DARE's single-worker
+  ResNet-32 step time on that GPU - the "profile" a user would measure before planning.
 - **Revocations** (preemptible clusters): lifetimes fitted (best of exponential / Weibull /
   bathtub by AIC, 24 h cap) on the *standalone* preemptible-VM lifetimes of ``lifetime.csv``
   (a separate experiment of idle and stressed VMs), not on the training clusters' ``vm_data``.
@@ -152,13 +154,26 @@ def measured_1ps_k80(workers: int) -> tuple[int, float]:
 
 # ---------------------------------------------------------------- predicted side
 class _Predictor:
-    def __init__(self) -> None:
+    def __init__(self, calibrate: bool = False) -> None:
         from spottrain.perf import ThroughputModel, Workload, load_shipped
 
-        self.model = ThroughputModel(folds=0, correction="none").fit(load_shipped(("cmdare",)))
-        self.workload = Workload(model="t2t-res32", batch_size=BATCH, flops_per_sample=RESNET32_FLOPS,
-                                 param_count=RESNET32_PARAMS, gradient_bytes=4.0 * RESNET32_PARAMS,
-                                 step_time_s_ref=None, ref_gpu=None)
+        rows = load_shipped(("cmdare",))
+        self.model = ThroughputModel(folds=0, correction="none").fit(rows)
+        # The "profile" of ResNet-32 on each GPU: CM-DARE's single-worker measurement (1 worker +
+        # 1 PS, processed_data/speed_data), as a user would profile the model on one GPU.
+        self.profiles: dict[str, float] = {}
+        for m in rows:
+            c = m.cluster.groups
+            if (m.model == "t2t-res32" and len(c) == 1 and c[0].count == 1 and m.ps == 1
+                    and str(m.extra.get("source", "")).endswith("speed_data")):
+                self.profiles[c[0].gpu] = BATCH / float(m.throughput)
+        self.calibrate = calibrate
+        self._workloads = {
+            gpu: Workload(model="t2t-res32", batch_size=BATCH, flops_per_sample=RESNET32_FLOPS,
+                          param_count=RESNET32_PARAMS, gradient_bytes=4.0 * RESNET32_PARAMS,
+                          step_time_s_ref=step if calibrate else None, ref_gpu=gpu if calibrate else None)
+            for gpu, step in self.profiles.items()
+        }
         self._cache: dict[tuple, float] = {}
         self._lifetimes: dict[str, Any] = {}
 
@@ -171,8 +186,8 @@ class _Predictor:
         if key not in self._cache:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self._cache[key] = float(predict_throughput(self.workload, f"{workers}x{gpu}", ps=ps, sync="async",
-                                                            model=self.model).throughput) if workers else 0.0
+                self._cache[key] = float(predict_throughput(self._workloads[gpu], f"{workers}x{gpu}", ps=ps,
+                                                            sync="async", model=self.model).throughput) if workers else 0.0
         return self._cache[key]
 
     def lifetimes(self, gpu: str) -> tuple[Any, str]:
@@ -258,9 +273,12 @@ CLUSTERS = (
 )
 
 
-def reproduce_icac19(*, runs: int = 2000, seed: int = 0) -> Reproduction:
-    """Predict every measured ICAC'19 cluster (see the module docstring for what is fitted on what)."""
-    pred = _Predictor()
+def reproduce_icac19(*, runs: int = 2000, seed: int = 0, calibrate: bool = False) -> Reproduction:
+    """Predict every measured ICAC'19 cluster (see the module docstring for what is fitted on what).
+
+    ``calibrate``: also calibrate the workload with CM-DARE's single-worker step time per GPU.
+    """
+    pred = _Predictor(calibrate)
     rows: list[Row] = []
     for name, folder, gpu, workers, spot in CLUSTERS:
         n, dur, cost = measured(folder)
@@ -277,8 +295,11 @@ def reproduce_icac19(*, runs: int = 2000, seed: int = 0) -> Reproduction:
                 ps_rows.append(_predict_row(pred, f"{workers}x{gpu} {ps}PS", gpu, workers, True, ps, n, dur, cost,
                                             runs, seed))
     notes = [
-        "throughput: spottrain.perf ThroughputModel fitted on CM-DARE (ICDCS'20) cmdare.csv only; "
-        "the ICAC'19 table transient_dl.csv is not used",
+        "throughput: spottrain.perf ThroughputModel fitted on CM-DARE (ICDCS'20) cmdare.csv only (the ICAC'19 "
+        "table transient_dl.csv is not used)" + (
+            ", workload calibrated per GPU with CM-DARE's single-worker ResNet-32 step time ("
+            + ", ".join(f"{g} {t * 1000:.0f} ms" for g, t in sorted(pred.profiles.items())) + ")"
+            if calibrate else ""),
         "revocations: " + "; ".join(pred.lifetimes(g)[1] for g in ("K80", "P100", "V100"))
         + " (standalone preemptible VMs, not the training clusters); no replacement, runs that lost the chief left out",
         "prices: K80 workers and PS at the rates of the authors' cost script (0.00020083 / 0.000071 / 0.0000397 USD/s); "
