@@ -139,7 +139,8 @@ def main() -> None:
     rows = [
         ("throughput, plain DDP (steps/s)", f"{p_med:.2f}", f"runs: {', '.join(f'{x:.2f}' for x in plain)}"),
         ("throughput, spottrain (steps/s)", f"{o_med:.2f}", f"runs: {', '.join(f'{x:.2f}' for x in ours)}"),
-        ("throughput ratio (goal >= 0.97)", f"{ratio:.3f}", "median / median"),
+        ("throughput ratio (goal >= 0.97)", f"{ratio:.3f}",
+         "median / median; paired rounds: " + ", ".join(f"{o / p:.2f}" for o, p in zip(ours, plain))),
         ("checkpoint stall per save (ms)", f"{stall * 1e3:.1f}", f"persist in background {persist * 1e3:.1f} ms"),
         (f"stall share at {args.interval:g} s interval (goal <= 3%)", f"{100 * stall / args.interval:.3f}%",
          f"{100 * stall / step_s:.1f}% of one step, once per {args.interval / step_s:.0f} steps"),

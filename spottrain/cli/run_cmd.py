@@ -25,6 +25,17 @@ def _interval(checkpoint_interval: str | None, plan: Any) -> tuple[float | None,
         return parse_duration_s(checkpoint_interval, option="--checkpoint-interval"), "--checkpoint-interval"
     if plan is not None and plan.checkpoint_interval_s and plan.checkpoint_interval_s > 0:
         return float(plan.checkpoint_interval_s), "the plan (optimal under the fitted lifetime model)"
+    if plan is not None and plan.groups:
+        try:  # optimal under the fitted lifetime law of the plan's market
+            from spottrain.transience import lifetime_model, optimal_checkpoint_interval_s
+
+            g = plan.groups[0]
+            # Checkpoint cost: gradients-sized state x3 (weights + optimizer) at ~200 MB/s.
+            cost_s = max(plan.workload.gradient_bytes * 3 / 200e6, 1.0)
+            interval = optimal_checkpoint_interval_s(cost_s, lifetime_model(g.cloud, g.gpu, g.zone), plan.nodes)
+            return float(interval), "the transience model"
+        except Exception:  # noqa: BLE001 - fall back to the default below
+            pass
     return DEFAULT_INTERVAL_S, "default"
 
 
