@@ -30,6 +30,7 @@ SPEED_TRACE = "skypilot-availability-1-node-aws-02-15-2023-{zone}_v100_1"
 SPEED_ZONES = ("us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f", "us-east-2a", "us-east-2b",
                "us-west-2a", "us-west-2b", "us-west-2c")
 OURS = "deadline-margin"
+LOAD = [0.0]
 BASELINES = ("uniform-progress", "replace-same", "checkpoint-restart", "skypilot-managed", "deepvm-anchor",
              "replan-on-price", "on-demand")
 
@@ -60,6 +61,19 @@ def fidelity(runs: int) -> list[str]:
         lines.append(f"| {r.cluster} | {r.measured_runs} | {r.measured_duration_s:,.0f} | {r.predicted_duration_s:,.0f} | "
                      f"{100 * r.duration_error:+.1f}% | {mc} | {r.predicted_cost_usd:.3f} | {ce} | {r.price_source} |")
     k80 = [r for r in rep.clusters if r.gpu == "K80"]
+    cal = reproduce.reproduce_icac19(runs=runs, calibrate=True)
+    lines += ["", "With `--calibrate` (workload calibrated with CM-DARE's single-worker step time per GPU):", "",
+              "| cluster | measured s | predicted s | error | measured $ | predicted $ | error |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in cal.clusters:
+        ce = "-" if r.cost_error is None else f"{100 * r.cost_error:+.1f}%"
+        lines.append(f"| {r.cluster} | {r.measured_duration_s:,.0f} | {r.predicted_duration_s:,.0f} | "
+                     f"{100 * r.duration_error:+.1f}% | {r.measured_cost_usd:.3f} | {r.predicted_cost_usd:.3f} | {ce} |")
+    ck80 = [r for r in cal.clusters if r.gpu == "K80"]
+    lines += ["", "Calibrated: " + cal.headline_lines()[0],
+              f"Calibrated: duration within 10% on {sum(abs(r.duration_error) <= 0.1 for r in ck80)}/{len(ck80)} K80 "
+              f"clusters, {sum(abs(r.duration_error) <= 0.1 for r in cal.ps_rows)}/{len(cal.ps_rows)} PS-experiment rows.",
+              "", "Default (uncalibrated):"]
     lines += ["", *rep.headline_lines(),
               f"Duration within 10%: {sum(abs(r.duration_error) <= 0.1 for r in k80)}/{len(k80)} K80 clusters, "
               f"{sum(abs(r.duration_error) <= 0.1 for r in rep.clusters)}/{len(rep.clusters)} clusters, "
@@ -80,20 +94,28 @@ def policies(runs: int) -> list[str]:
         res = simulate(plan, trace=trace, policies=list(names), runs=runs)
         per_trace[trace] = {s.policy: (s.cost_usd.mean, s.deadline_met_rate or 0.0) for s in res.summaries}
         print(trace, {k: (round(c), round(d, 2)) for k, (c, d) in per_trace[trace].items()}, flush=True)
-    lines = [f"| policy | mean cost $ (all traces) | deadline met (all traces) | traces where {OURS} is cheaper | "
-             f"traces where {OURS} meets the deadline as often or more | {OURS} dominates on |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"| policy | mean cost $ (all traces) | deadline met (all traces) | cost per deadline met $ | "
+             f"traces where {OURS} is cheaper | traces where {OURS} meets the deadline as often or more | "
+             f"{OURS} dominates on | {OURS} lower cost per deadline met on |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def per_met(v: tuple[float, float]) -> float:
+        return v[0] / v[1] if v[1] > 0 else float("inf")
+
     n = len(per_trace)
     for p in names:
         cost = sum(v[p][0] for v in per_trace.values()) / n
         met = sum(v[p][1] for v in per_trace.values()) / n
         if p == OURS:
-            lines.append(f"| **{p}** (ours) | {cost:,.0f} | {100 * met:.1f}% | - | - | - |")
+            lines.append(f"| **{p}** (ours) | {cost:,.0f} | {100 * met:.1f}% | {cost / met:,.0f} | - | - | - | - |")
             continue
         cheaper = sum(v[OURS][0] <= v[p][0] for v in per_trace.values())
         safer = sum(v[OURS][1] >= v[p][1] - 1e-9 for v in per_trace.values())
         dom = sum(v[OURS][0] <= v[p][0] and v[OURS][1] >= v[p][1] - 1e-9 for v in per_trace.values())
-        lines.append(f"| {p} | {cost:,.0f} | {100 * met:.1f}% | {cheaper}/{n} | {safer}/{n} | {dom}/{n} |")
+        better = sum(per_met(v[OURS]) <= per_met(v[p]) for v in per_trace.values())
+        cpm = f"{cost / met:,.0f}" if met > 0 else "inf"
+        lines.append(f"| {p} | {cost:,.0f} | {100 * met:.1f}% | {cpm} | {cheaper}/{n} | {safer}/{n} | {dom}/{n} | "
+                     f"{better}/{n} |")
     lines += ["", "Per trace (mean cost $ / deadline met):", "",
               "| trace | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
     for trace, v in per_trace.items():
@@ -107,6 +129,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer runs (smoke test)")
     ap.add_argument("--write", default=None, help="write the markdown results here")
     args = ap.parse_args()
+    LOAD[0] = os.getloadavg()[0]
     t0 = time.time()
     sp = speed(200 if args.quick else 1000)
     fi = fidelity(200 if args.quick else 2000)
@@ -116,7 +139,8 @@ def main() -> None:
             "# Simulator benchmark", "",
             f"Command: `.venv/bin/python bench/simulator.py{' --quick' if args.quick else ''} --write {args.write}`  ",
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-            f"took {time.time() - t0:.0f} s.", "",
+            f"took {time.time() - t0:.0f} s; load average at the start {LOAD[0]:.1f} / at the end "
+            f"{os.getloadavg()[0]:.1f} (the machine is shared: other work was running).", "",
             "## Speed", "",
             "1,000 runs (one policy, replace-same) of a 24-hour, 16 x p3.2xlarge spot job replayed over the 45-day "
             "SkyPilot availability trace of each zone (random offset per run). Anchor: the same runs on one worker "

@@ -611,9 +611,11 @@ class JobRun:
             deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s, options=self.options,
             on_demand_fallback=s.od_fallback,
         )
-        decision = s.policy(state)
-        if decision is not _NOTHING and decision != _NOTHING:
-            self._apply(decision)
+        d = s.policy(state)
+        if d.request or d.release or d.checkpoint_now or d.switch_to_on_demand:
+            self._apply(d)
+        elif self.tl is not None and d.reason:
+            self.tl["decisions"].append((self.env.now, d.reason))
 
     def _apply(self, d: Decision) -> None:
         if self.tl is not None and d.reason:
