@@ -303,6 +303,7 @@ class JobRun:
         self._views = None
         if self.tl is not None:
             self.tl["membership"].append((self.env.now, len(self.live)))
+            self._mark()  # progress is accounted up to now by every caller
 
     def _mark(self) -> None:
         if self.tl is not None:
