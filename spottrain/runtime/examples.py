@@ -11,7 +11,9 @@ comes from ``SPOTTRAIN_*`` variables (:meth:`TrainConfig.from_env`).
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -113,13 +115,23 @@ def get_example(name: str) -> Example:
 
 
 def build_trainer(name: str, config: TrainConfig | None = None) -> Trainer:
-    """The example's trainer, configured from the environment unless ``config`` is given."""
+    """The example's trainer, configured from the environment unless ``config`` is given.
+
+    ``SPOTTRAIN_EXAMPLE_SLEEP_S`` adds a sleep to every forward pass: it stands in for a
+    slower model (tests use it to give a replacement time to join); numerics are unchanged.
+    """
     ex = get_example(name)
     cfg = config or TrainConfig.from_env(steps=ex.steps, global_batch_size=ex.global_batch_size)
     torch.manual_seed(cfg.seed)
     model = ex.model()
     opt = torch.optim.SGD(model.parameters(), lr=ex.lr, momentum=0.9)
-    return Trainer(model=model, optimizer=opt, dataset=ex.dataset(), loss_fn=classification_loss, config=cfg)
+    loss_fn = classification_loss
+    sleep_s = float(os.environ.get("SPOTTRAIN_EXAMPLE_SLEEP_S", "0") or 0)
+    if sleep_s > 0:
+        def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
+            time.sleep(sleep_s)
+            return classification_loss(model, batch)
+    return Trainer(model=model, optimizer=opt, dataset=ex.dataset(), loss_fn=loss_fn, config=cfg)
 
 
 def main(argv: list[str] | None = None) -> None:
