@@ -3,11 +3,19 @@
 **Compute** of one GPU of type g on a model at per-GPU batch b (F FLOPs per sample, P
 parameters in n_t tensors), a two-term roofline::
 
-    P_eff  = P_fp32 * (P_fast / P_fp32) ** lam              fast path: fp16 tensor cores (lam16) or TF32 (lam_tf32)
+    1/P_eff = f / P_fast + (1 - f) / P_fp32                  Amdahl: a fraction f of the FLOPs (GEMMs, convolutions)
+                                                             runs on the fast path -- fp16 tensor cores (f16) or TF32
+                                                             (f_tf32) -- the rest on the FP32 CUDA cores
     e      = logistic(c0 + w_size * (log(b F) - 26))         achieved fraction of peak; bigger steps keep the GPU busier
     AI     = ai0 * (P / n_t / 2e4) ** w_ai  (x2 at fp16)     FLOPs per byte of activation traffic: grows with layer width
     t_comp = tau + tau_t * n_t                               fixed + per-tensor (per-layer dispatch) overhead
              + b F (1 / (P_eff e) + 1 / (AI BW)) * exp(-(level + e_g + e_m + e_gm))
+    t_step = smoothmax(t_comp, b t_in pix / pix_224)              host input pipeline runs beside the GPU
+
+The last line is the data loader: decoding and augmenting ImageNet-sized images costs CPU time
+per sample (t_in per 224x224x3 image per GPU); it overlaps GPU work, so the step takes the longer
+of the two. It is what caps ResNet-50 at ~3,000 images/s per GPU on H100/GH200/B200 whatever the
+precision. Models whose inputs are not images (tokens) or are tiny (CIFAR) have no such term.
 
 The memory term makes narrow-layer models (low arithmetic intensity) gain less from a GPU with
 more FLOPS than memory bandwidth. e_g, e_m and e_gm are per-GPU, per-model and per-(GPU, model)
@@ -17,9 +25,11 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
 **Communication** of S gradient bytes (fp32: 4 x parameters):
 
 * inside a node of G GPUs: ring all-reduce ``2 (G-1)/G S / B_link`` (NVLink per direction, else PCIe);
-* ring all-reduce over N nodes: ``2 (N-1)/N S / B_nic`` with the slowest NIC, overlapped with the
-  backward pass by a fraction phi: ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``;
-  every step waits for the slowest node (synchronous).
+* ring all-reduce over N nodes of G GPUs (NCCL): n = N G ranks, each rank sends ``2 (n-1)/n S``;
+  the rings are pipelined, so the slowest link sets the pace: ``max(t_intra, 2 (n-1)/n S / B_node)``
+  with B_node the slowest node's NIC (NCCL spreads its channels over all of the node's NICs).
+  Communication overlaps the backward pass (DDP gradient buckets) by a fraction phi:
+  ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``; every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
 
       D = ps_t * n_t / k ** kappa_t  +  2 S / (B_ps * k ** kappa)
@@ -47,20 +57,25 @@ from dataclasses import dataclass
 import numpy as np
 
 GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size", "w_ai", "log_tau_t",
-           "log_ps_t", "log_bps", "kappa", "kappa_t", "log_net_eff", "log_link_eff", "phi", "phi_ps")
+           "log_ps_t", "log_bps", "kappa", "kappa_t", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
     # CIFAR ResNets (32-128 channels) ~14 FLOPs per byte of activation traffic, ~ sqrt(width).
     # log_level: overall speed of a framework / workload family relative to the roofline; free.
-    "log_level": (0.0, 3.0), "c0": (0.8, 1.0), "log_ai": (math.log(14.0), 1.0), "lam16": (0.35, 0.3), "lam_tf32": (0.3, 0.3),
+    "log_level": (0.0, 3.0), "c0": (0.8, 1.0), "log_ai": (math.log(14.0), 1.0), "lam16": (2.2, 1.5), "lam_tf32": (2.2, 1.5),
     "log_tau": (math.log(0.003), 1.5), "w_size": (0.0, 0.3), "w_ai": (0.5, 0.3),
     "log_tau_t": (math.log(1e-4), 1.5),
     # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull.
     "log_ps_t": (math.log(1e-4), 1.0), "log_bps": (math.log(1.0), 1.0), "kappa": (0.7, 0.4),
     "kappa_t": (1.0, 0.2), "log_net_eff": (math.log(0.6), 0.5), "log_link_eff": (math.log(0.6), 0.5),
     "phi": (0.5, 0.3), "phi_ps": (0.5, 0.3),
+    # Host input pipeline (JPEG decode + augmentation) per 224x224x3 image per GPU: a few hundred
+    # microseconds of CPU work spread over the node's cores; the data sets free it (weak prior).
+    "log_t_in": (math.log(3e-4), 1.0),
 }
+PIX_REF = 3 * 224 * 224  # input elements of one ImageNet training image
+SOFTMAX_P = 6.0  # sharpness of the smooth max of GPU time and input-pipeline time
 SIZE_REF = 26.0  # log(b F) of ResNet-32 at batch 128
 WIDTH_REF = math.log(2e4)  # parameters per tensor of the CIFAR ResNets
 MVA_MAX = 512  # exact mean-value analysis up to this many workers, the saturated asymptote beyond
@@ -84,6 +99,7 @@ class Encoded:
     asyn: np.ndarray  # (R,) bool
     gidx: np.ndarray  # (R, K) GPU-effect index (-1 = unseen)
     midx: np.ndarray  # (R,) model-effect index (-1 = unseen)
+    pix: np.ndarray  # (R,) decoded image elements per sample (0 = no host image pipeline)
     iidx: np.ndarray  # (R, K) GPU x model interaction index (-1 = unseen)
 
 
@@ -143,8 +159,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     d = enc.dev
     lp32 = devs.log_p32[d]
     lfast = np.where(enc.fp16[:, None], devs.log_p16[d], devs.log_ptf[d])
-    lam = np.where(enc.fp16[:, None], g["lam16"], g["lam_tf32"])
-    lpeff = lp32 + lam * (lfast - lp32)
+    f = 1.0 / (1.0 + np.exp(-np.where(enc.fp16[:, None], g["lam16"], g["lam_tf32"])))
+    inv_peak = f * np.exp(-lfast) + (1.0 - f) * np.exp(-lp32)
     work = enc.b * enc.flops  # FLOPs per GPU per step
     ge = np.where(enc.gidx >= 0, e_g[np.maximum(enc.gidx, 0)] if e_g.size else 0.0, 0.0)
     me = np.where(enc.midx >= 0, e_m[np.maximum(enc.midx, 0)] if e_m.size else 0.0, 0.0)
@@ -154,9 +170,11 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     x = np.clip(g["c0"] + g["w_size"] * (np.log(work) - SIZE_REF), -30.0, 30.0)
     eff = (1.0 / (1.0 + np.exp(-x)))[:, None]
     log_ai = g["log_ai"] + g["w_ai"] * width + np.where(enc.fp16, math.log(2.0), 0.0)
-    per_flop = 1.0 / (np.exp(lpeff) * 1e12 * eff) + 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
+    per_flop = inv_peak / (1e12 * eff) + 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     t_fixed = math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * enc.ntens
-    t_comp = t_fixed[:, None] + work[:, None] * per_flop * np.exp(-(g["log_level"] + ie + ge + me[:, None]))
+    t_gpu = t_fixed[:, None] + work[:, None] * per_flop * np.exp(-(g["log_level"] + ie + ge + me[:, None]))
+    t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
+    t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
     present = enc.cnt > 0
     S = enc.grad[:, None]
     link = devs.link_gbs[d] * 1e9 * math.exp(g["log_link_eff"])
@@ -170,9 +188,9 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     # All-reduce rows.
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
     net_min = np.where(present, net, big).min(axis=1)
-    t_inter = np.where(N > 1, 2.0 * (N - 1) / np.maximum(N, 1) * enc.grad / net_min, 0.0)
+    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * enc.grad / net_min, 0.0)
     t_intra_max = np.where(present, t_intra, 0.0).max(axis=1)
-    t_ar = t_intra_max + t_inter
+    t_ar = np.maximum(t_intra_max, t_inter)
     T_ar = tc_max + t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max)
     x_ar = gpus * enc.b / T_ar
     # Parameter-server rows.
@@ -223,7 +241,7 @@ class GroupInput:
 
     count: int
     gpn: int
-    log_p: float  # log sustained peak TFLOPS of the path used (fp32 / TF32 / fp16 mixed as lam-weighted below)
+    log_p: float  # log sustained peak TFLOPS of the path used (TF32 / fp16 tensor path; = log_p32 without one)
     log_p32: float
     log_bw: float
     link_gbs: float
@@ -232,7 +250,7 @@ class GroupInput:
 
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
-                ps: int, asyn: bool, model_effect: float) -> tuple[float, dict, list[float]]:
+                ps: int, asyn: bool, model_effect: float, pix: float = 0.0) -> tuple[float, dict, list[float]]:
     """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
 
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
@@ -241,16 +259,18 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     work = b * flops
     x = min(max(g["c0"] + g["w_size"] * (math.log(work) - SIZE_REF), -30.0), 30.0)
     eff = 1.0 / (1.0 + math.exp(-x))
-    lam = g["lam16"] if fp16 else g["lam_tf32"]
+    f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
     log_ai = g["log_ai"] + g["w_ai"] * (math.log(grad / 4.0 / ntens) - WIDTH_REF) + (math.log(2.0) if fp16 else 0.0)
     ai = math.exp(log_ai)
     t_fixed = math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * ntens
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
+    t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
     tc, ti, tn = [], [], []
     for gr in groups:
-        lpeff = gr.log_p32 + lam * (gr.log_p - gr.log_p32)
-        per_flop = 1.0 / (math.exp(lpeff) * 1e12 * eff) + 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
-        tc.append(t_fixed + work * per_flop * math.exp(-(g["log_level"] + gr.effect + model_effect)))
+        inv_peak = f * math.exp(-gr.log_p) + (1.0 - f) * math.exp(-gr.log_p32)
+        per_flop = inv_peak / (1e12 * eff) + 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
+        t_gpu = t_fixed + work * per_flop * math.exp(-(g["log_level"] + gr.effect + model_effect))
+        tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
         ti.append(2.0 * (G - 1) / G * grad / (gr.link_gbs * 1e9 * link_eff) if G > 1 else 0.0)
         tn.append(2.0 * grad / (gr.net_gbs * 1e9 * net_eff))
@@ -259,8 +279,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     tc_max, ti_max = max(tc), max(ti)
     if ps == 0:
         net_min = min(gr.net_gbs for gr in groups) * 1e9 * net_eff
-        t_inter = 2.0 * (N - 1) / N * grad / net_min if N > 1 else 0.0
-        t_ar = ti_max + t_inter
+        t_inter = 2.0 * (gpus - 1) / gpus * grad / net_min if N > 1 else 0.0
+        t_ar = max(ti_max, t_inter)
         phi = min(max(g["phi"], 0.0), 1.0)
         T = tc_max + t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max)
         x_total = gpus * b / T

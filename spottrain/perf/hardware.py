@@ -45,6 +45,12 @@ _EXTRA_ALIASES = {
 _DEFAULT_NETWORK_GBPS = {"K80": 16.0, "P100": 16.0, "V100": 10.0, "V100-32GB": 10.0, "T4": 25.0, "A10G": 25.0,
                          "L4": 16.0, "A100": 100.0, "A100-80GB": 100.0, "H100": 200.0, "H200": 200.0, "B200": 400.0}
 _FALLBACK_NETWORK_GBPS = 10.0
+# Per-node network (Gbit/s) of the usual multi-GPU instance of each GPU, used for "NxGPU:G" clusters
+# (G > 1) named by GPU rather than instance type: AWS p3.16xlarge (8 V100) 25, p4d.24xlarge (8 A100)
+# 400, p5.48xlarge (8 H100) 3200 (EFA), g4dn.12xlarge (4 T4) 50, g5.48xlarge (8 A10G) 100,
+# g6.48xlarge (8 L4) 100 (https://aws.amazon.com/ec2/instance-types/ accelerated computing tables).
+_MULTI_GPU_NETWORK_GBPS = {"V100": 25.0, "V100-32GB": 100.0, "A100": 400.0, "A100-80GB": 400.0, "H100": 3200.0,
+                           "H200": 3200.0, "T4": 50.0, "A10G": 100.0, "L4": 100.0}
 # Sustained fraction of the datasheet FP32 peak that dense kernels can reach, by architecture.
 # Kepler's SMX needs dual issue from a banked register file to reach peak: cuBLAS SGEMM reaches
 # about 70 % of it on GK110/GK210 (hand-tuned assembly ~77 %), against > 90 % from Maxwell on
@@ -74,6 +80,18 @@ class Device:
         if precision == "fp16":
             return max(self.fp16_tflops, self.fp32_tflops)
         return self.tf32_tflops if self.tf32_tflops else self.fp32_tflops
+
+
+def node_network_gbps(name: str, gpus_per_node: int) -> float:
+    """Default per-node network of a node with ``gpus_per_node`` GPUs ``name`` (Gbit/s).
+
+    Instance types carry their own figure; a GPU name with several GPUs per node gets the usual
+    multi-GPU instance's NIC, when it is larger than the single-GPU default.
+    """
+    d = device(name)
+    if gpus_per_node > 1 and instance_gpu_count(name) is None:
+        return max(d.network_gbps, _MULTI_GPU_NETWORK_GBPS.get(d.name, d.network_gbps))
+    return d.network_gbps
 
 
 def _key(name: str) -> str:

@@ -27,9 +27,9 @@ import numpy as np
 
 from spottrain.errors import InputError, NotFittedError
 from spottrain.perf import analytical as an
-from spottrain.perf.hardware import device, instance_gpu_count
+from spottrain.perf.hardware import device, instance_gpu_count, node_network_gbps
 from spottrain.perf.measurements import Measurement
-from spottrain.perf.workload import Workload, estimate_tensor_count
+from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels
 from spottrain.types import ClusterGroup, ClusterSpec
 
 
@@ -120,7 +120,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
             if name not in dev_index:
                 dev_index[name] = len(dev_index)
             cnt[i, j] = g.count; gpn[i, j] = n_gpu; dev[i, j] = dev_index[name]
-            net[i, j] = (q.network_gbps or device(g.gpu).network_gbps) / 8.0
+            net[i, j] = (q.network_gbps or node_network_gbps(g.gpu, n_gpu)) / 8.0
             gidx[i, j] = gpu_effect.get(f"{name}/{q.precision}", -1)
             iidx[i, j] = inter_effect.get(f"{name}/{q.precision}|{q.model}", -1)
     enc = an.Encoded(cnt=cnt, gpn=gpn, dev=dev, net=net,
@@ -130,7 +130,8 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      ntens=np.array([q.n_tensors for q in queries], float),
                      fp16=np.array([q.precision == "fp16" for q in queries]),
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
-                     gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx)
+                     gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx,
+                     pix=np.array([input_pixels(q.model) for q in queries], float))
     return enc, resolved
 
 
@@ -199,6 +200,10 @@ class ThroughputModel:
             mean = p.theta_.copy()
             sd = sd * 0.5
             sd[an.G_INDEX["log_level"]] = an.PRIOR["log_level"][1]  # frameworks differ in overall efficiency
+            # How arithmetic intensity and overheads vary with layer width and step size is learnt from
+            # the prior's few models (three in the Lambda table): keep the physics uncertainty there.
+            for name in ("log_ai", "w_ai", "w_size", "log_tau_t"):
+                sd[an.G_INDEX[name]] = an.PRIOR[name][1]
             g_prior = dict(p.gpu_effects_)
             m_prior = dict(p.model_effects_)
             i_prior = dict(p.inter_effects_)
@@ -408,11 +413,11 @@ class ThroughputModel:
                 count=g.count, gpn=gpn, log_p=math.log(d.tensor_tflops(q.precision) * d.sustained),
                 log_p32=math.log(d.fp32_tflops * d.sustained), log_bw=math.log(d.memory_bandwidth_gbs),
                 link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
-                net_gbs=(q.network_gbps or device(g.gpu).network_gbps) / 8.0,
+                net_gbs=(q.network_gbps or node_network_gbps(g.gpu, gpn)) / 8.0,
                 effect=self.gpu_effects_.get(key, 0.0) + self.inter_effects_.get(f"{key}|{q.model}", 0.0)))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
-                                         model_effect=self.model_effects_.get(q.model, 0.0))
+                                         model_effect=self.model_effects_.get(q.model, 0.0), pix=input_pixels(q.model))
         notes = self._extrapolation(q)
         half = self.interval_log_
         if notes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,25 @@ def estimate_tensor_count(param_count: float) -> float:
     the CM-DARE CIFAR ResNets 50-326 at 0.7-6 M.
     """
     return float(min(max(160.0 * (max(param_count, 1.0) / 25e6) ** 0.25, 8.0), 2000.0))
+
+
+@functools.lru_cache(maxsize=512)
+def input_pixels(name: str) -> float:
+    """Decoded image elements per sample of a zoo model fed by an image pipeline (0 otherwise).
+
+    Only image models at ImageNet-like resolution (>= 64x64) count: their data loader decodes and
+    augments every sample on the host CPU. Token inputs and CIFAR-sized images cost the host little.
+    """
+    try:
+        from spottrain.profiler.zoo_info import canonical_model, zoo_info
+
+        info = zoo_info(canonical_model(name))
+    except Exception:  # noqa: BLE001 - not a zoo model: no known input pipeline
+        return 0.0
+    shape = tuple(info.get("input_shape") or ())
+    if len(shape) == 3 and "float" in str(info.get("input_dtype", "float")) and min(shape[1:]) >= 64:
+        return float(shape[0] * shape[1] * shape[2])
+    return 0.0
 
 
 def published_flops(name: str) -> float | None:

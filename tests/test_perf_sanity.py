@@ -1,0 +1,84 @@
+"""Smoke tests of the default model on common configurations, against physically grounded bounds.
+
+No published throughput is fitted or asserted here: each bound follows from datasheet figures
+(a roofline step time a / P + b / BW can only speed up between the peak-FLOPS ratio and the
+memory-bandwidth ratio of two GPUs) or from what data parallelism can do (never super-linear;
+NVLink rings move 2 (n-1)/n of the gradient per GPU, small next to ResNet-50's compute).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spottrain.perf import Workload, predict_throughput
+from spottrain.perf.hardware import device
+
+
+def _thr(model: str, batch: int, cluster: str, precision: str = "fp16", **kw) -> float:
+    return predict_throughput(Workload.from_zoo(model, batch, precision=precision), cluster, **kw).throughput
+
+
+def _bounds(a: str, b: str, precision: str) -> tuple[float, float]:
+    """Ratio range a / b allowed by the roofline: between the peak ratio and the bandwidth ratio."""
+    da, db = device(a), device(b)
+    peak = da.tensor_tflops(precision) / db.tensor_tflops(precision)
+    bw = da.memory_bandwidth_gbs / db.memory_bandwidth_gbs
+    return min(peak, bw), max(peak, bw)
+
+
+@pytest.mark.parametrize("model,batch", [("resnet50", 256), ("bert-base", 32)])
+def test_a100_over_v100_amp_within_roofline_bounds(model, batch):
+    lo, hi = _bounds("A100", "V100", "fp16")  # tensor 312 / 125 = 2.5, HBM 1555 / 900 = 1.7
+    r = _thr(model, batch, "1xA100") / _thr(model, batch, "1xV100")
+    assert 0.9 * lo <= r <= 1.1 * hi, (r, lo, hi)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("model,batch", [("resnet50", 128), ("bert-base", 32), ("gpt2-small", 8)])
+def test_generations_are_ordered(model, batch, precision):
+    t4, v100, a100, h100 = (_thr(model, batch, f"1x{g}", precision) for g in ("T4", "V100", "A100", "H100"))
+    assert t4 < v100 < a100 < h100
+
+
+def test_tf32_makes_ampere_fp32_much_faster_than_volta_fp32():
+    # FP32 training in NGC / PyTorch convolutions runs on TF32 tensor cores on Ampere (156 TFLOPS
+    # dense against V100's 15.7 FP32): BERT's GEMMs gain far more than the 1.24x FP32 peak ratio.
+    r = _thr("bert-base", 32, "1xA100", "fp32") / _thr("bert-base", 32, "1xV100", "fp32")
+    assert r > 2.0
+
+
+def test_amp_faster_than_fp32_on_tensor_core_gpus():
+    for g in ("T4", "V100", "A100", "H100"):
+        assert _thr("bert-base", 32, f"1x{g}", "fp16") > 1.3 * _thr("bert-base", 32, f"1x{g}", "fp32")
+
+
+def test_eight_gpus_over_nvlink_scale_resnet50_well():
+    for g in ("V100", "A100", "H100"):
+        one = _thr("resnet50", 256, f"1x{g}")
+        eight = _thr("resnet50", 256, f"1x{g}:8")
+        assert 6.5 * one <= eight <= 8.0 * one * 1.0001, (g, eight / one)
+
+
+def test_never_superlinear_and_more_gpus_never_slower_inside_a_node():
+    for model, batch in (("resnet50", 64), ("bert-base", 32), ("gpt2-small", 8)):
+        for g in ("T4", "A10G", "L4", "A100"):
+            rates = [_thr(model, batch, f"1x{g}:{n}" if n > 1 else f"1x{g}") for n in (1, 2, 4, 8)]
+            assert all(b >= a for a, b in zip(rates, rates[1:])), (model, g, rates)
+            assert all(r <= n * rates[0] * 1.0001 for r, n in zip(rates, (1, 2, 4, 8))), (model, g, rates)
+
+
+def test_pcie_scales_worse_than_nvlink_for_a_large_model():
+    # Same GPU silicon, gradient ring over PCIe (32 GB/s) instead of NVLink (600 GB/s).
+    sxm = _thr("bert-base", 32, "1xA100:8") / _thr("bert-base", 32, "1xA100")
+    pcie = _thr("bert-base", 32, "1xA100-PCIe:8") / _thr("bert-base", 32, "1xA100-PCIe")
+    assert pcie < sxm
+
+
+def test_multi_node_allreduce_is_network_bound_on_a_slow_nic_and_faster_on_a_fast_one():
+    slow = predict_throughput(Workload.from_zoo("bert-base", 32, precision="fp16"), "4xV100", network_gbps=10.0)
+    fast = predict_throughput(Workload.from_zoo("bert-base", 32, precision="fp16"), "4xV100", network_gbps=100.0)
+    assert slow.bottleneck == "network"
+    assert fast.throughput > 1.5 * slow.throughput
+    # 2 (n-1)/n x 438 MB of fp32 gradients over 10 Gbit/s take at least ~0.5 s per step: an upper bound.
+    S = Workload.from_zoo("bert-base", 32).gradient_bytes
+    assert slow.throughput <= 4 * 32 / (1.5 * S / 1.25e9) * 1.0001
