@@ -162,17 +162,27 @@ def _fallback_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: f
 
 _CURVES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]] = {}
 
+BREAKPOINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
+"""Node counts at which the performance model is queried; the planner's throughput curve is
+piecewise linear between them (and exact at them). Up to 6 nodes every count is a breakpoint."""
+
+
+def _breakpoints(max_nodes: int) -> np.ndarray:
+    pts = [b for b in BREAKPOINTS if b < max_nodes] + [max_nodes]
+    return np.array(sorted(set(pts)))
+
 
 def throughput_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: float, max_nodes: int,
                      *, sync: str = "sync", ps: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """Cluster throughput (median, low, high in samples/s) and bottleneck for n = 1..max_nodes
-    homogeneous nodes. Memoized per (workload, node shape), since the perf model is called for
-    every candidate."""
-    key = (workload, gpu, gpus_per_node, round(network_gbps, 3), max_nodes, sync, ps)
+    homogeneous nodes: the perf model at :data:`BREAKPOINTS`, linear in between. Memoized per
+    (workload, node shape), since the planner asks for every candidate."""
+    key = (workload, gpu, gpus_per_node, round(network_gbps, 3), sync, ps)
     hit = _CURVES.get(key)
-    if hit is not None:
-        return hit
-    ns = np.arange(1, max_nodes + 1)
+    if hit is not None and hit[0].size >= max_nodes:
+        return hit[0][:max_nodes], hit[1][:max_nodes], hit[2][:max_nodes], hit[3][:max_nodes]
+    m = max(max_nodes, 64)
+    ns = np.arange(1, m + 1)
     predict = _perf_predict()
     if predict is None:
         thr, lo, hi, bott = _fallback_curve(workload, gpu, gpus_per_node, network_gbps, ns, sync, ps)
@@ -180,20 +190,19 @@ def throughput_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: 
     else:
         from spottrain.types import ClusterGroup, ClusterSpec
 
-        thr = np.empty(max_nodes)
-        lo = np.empty(max_nodes)
-        hi = np.empty(max_nodes)
-        bott = []
-        for i, n in enumerate(ns):
+        bp = _breakpoints(m)
+        t, l, h, b = np.empty(bp.size), np.empty(bp.size), np.empty(bp.size), []
+        for k, n in enumerate(bp):
             spec = ClusterSpec(groups=(ClusterGroup(count=int(n), gpu=gpu, gpus_per_node=gpus_per_node),))
             p = predict(workload, spec, ps=ps, sync=sync, network_gbps=network_gbps)
-            thr[i], lo[i], hi[i] = p.throughput, p.low, p.high
-            bott.append(p.bottleneck)
-        out = (thr, lo, hi, tuple(bott))
+            t[k], l[k], h[k] = p.throughput, p.low, p.high
+            b.append(str(p.bottleneck))
+        seg = np.searchsorted(bp, ns, side="right") - 1
+        out = (np.interp(ns, bp, t), np.interp(ns, bp, l), np.interp(ns, bp, h), tuple(b[s] for s in seg))
     if len(_CURVES) > 20000:
         _CURVES.clear()
     _CURVES[key] = out
-    return out
+    return out[0][:max_nodes], out[1][:max_nodes], out[2][:max_nodes], out[3][:max_nodes]
 
 
 def throughput_mix(workload: Any, groups: list[tuple[str, int, int, float]], *, sync: str = "sync",
@@ -275,6 +284,7 @@ def revocation(cloud: str, gpu: str, zone: str | None = None) -> Revocation:
         return _FALLBACK_REVOCATION
 
 
+@lru_cache(maxsize=4096)
 def optimal_checkpoint_interval_s(checkpoint_cost_s: float, cloud: str, gpu: str, nodes: int,
                                   rate_per_s: float) -> float:
     """Exact optimum under the fitted lifetime model when available, else Young/Daly."""

@@ -10,7 +10,7 @@ first provable pruning step of the planner (see :mod:`spottrain.planner.formulat
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spottrain.planner import _deps
@@ -113,9 +113,33 @@ def build_candidates(
 ) -> tuple[list[Candidate], CandidateReport]:
     """Group catalog offers into candidates, applying allow-lists and the GPU-memory rule.
 
+    Memoized per (offer list, filters): the grouping is a pure function of them.
+
     ``min_gpu_memory_gib``: the per-GPU memory the workload needs (batch must fit); GPUs with
     less are dropped here, which is the GPU-memory constraint of the formulation.
     """
+    if not isinstance(offers, (list, tuple)):
+        offers = list(offers)
+    key = (id(offers), len(offers), _t(clouds), _t(regions), _t(zones), _t(gpus), _t(instance_types), spot,
+           on_demand, round(min_gpu_memory_gib, 6))
+    hit = _BUILT.get(key)
+    if hit is not None and hit[0] is offers:
+        return list(hit[1]), replace(hit[2], notes=list(hit[2].notes))
+    cands, report = _build(offers, clouds, regions, zones, gpus, instance_types, spot, on_demand, min_gpu_memory_gib)
+    if len(_BUILT) > 64:
+        _BUILT.clear()
+    _BUILT[key] = (offers, tuple(cands), report)
+    return list(cands), replace(report, notes=list(report.notes))
+
+
+_BUILT: dict[tuple, tuple[Any, tuple[Candidate, ...], CandidateReport]] = {}
+
+
+def _t(x: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if x is None else tuple(sorted(v.lower() for v in x))
+
+
+def _build(offers, clouds, regions, zones, gpus, instance_types, spot, on_demand, min_gpu_memory_gib):
     report = CandidateReport()
     clouds_l = {c.lower() for c in clouds} if clouds else None
     regions_l = {r.lower() for r in regions} if regions else None
@@ -123,8 +147,6 @@ def build_candidates(
     gpus_l = {g.lower() for g in gpus} if gpus else None
     types_l = {t.lower() for t in instance_types} if instance_types else None
     best: dict[tuple[str, str, bool, str], Candidate] = {}
-    if not isinstance(offers, (list, tuple)):
-        offers = list(offers)
     rows, unknown = _known_gpu_offers(offers)
     report.offers = len(offers)
     report.not_a_known_gpu = unknown

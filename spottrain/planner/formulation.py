@@ -287,6 +287,14 @@ def _segment_prev_max(x: np.ndarray, start: np.ndarray) -> np.ndarray:
     """For each entry, the max of the earlier entries of its segment (-1 for the first)."""
     out = np.empty_like(x)
     bounds = np.r_[start, x.size]
+    lengths = np.diff(bounds)
+    if lengths.size and (lengths == lengths[0]).all():
+        m = int(lengths[0])
+        grid = x.reshape(-1, m)
+        prev = np.full_like(grid, -1.0)
+        if m > 1:
+            prev[:, 1:] = np.maximum.accumulate(grid[:, :-1], axis=1)
+        return prev.reshape(-1)
     for a, b in zip(bounds[:-1], bounds[1:]):
         out[a] = -1.0
         if b - a > 1:

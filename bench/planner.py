@@ -1,0 +1,151 @@
+"""Planner latency on the full shipped catalog, and the MILP against exhaustive search.
+
+    .venv/bin/python bench/planner.py
+
+1. Latency: every GPU instance type x region/zone x 1..64 nodes x spot/on-demand, mixes of up to
+   3 types, for several deadlines and budgets (ResNet-50, 90 ImageNet epochs). Cold = first
+   request of the process (fits lifetime models, queries the perf model); warm = later requests.
+2. Exactness and speed-up: on a small catalog (AWS us-east-1, V100/T4/A10G, up to 8 nodes, a quota
+   that makes mixes matter) exhaustive search over all plans of up to 3 types vs our solver; both
+   must find the same optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from spottrain.catalog import load_catalog  # noqa: E402
+from spottrain.perf.workload import Workload  # noqa: E402
+from spottrain.planner import plan  # noqa: E402
+from spottrain.planner.api import market_mask, prepare, solve  # noqa: E402
+from spottrain.planner.formulation import group_keys  # noqa: E402
+
+SAMPLES = 90 * 1_281_167
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def latency(catalog, w):
+    t = time.perf_counter()
+    r = plan(w, samples=SAMPLES, deadline_s=8 * 3600, catalog=catalog, baselines=False, pareto=False)
+    cold = time.perf_counter() - t
+    queries = [dict(deadline_s=h * 3600) for h in (3, 4, 6, 8, 12, 24)] + \
+              [dict(budget_usd=b) for b in (20, 50, 100)] + \
+              [dict(deadline_s=6 * 3600, quotas={"Standard_NC96ads_A100_v4": 1, "Standard_ND96amsr_A100_v4": 1})]
+    rows, times = [], []
+    for q in queries:
+        best = None
+        for _ in range(3):
+            t = time.perf_counter()
+            r = plan(w, samples=SAMPLES, catalog=catalog, baselines=False, pareto=False, **q)
+            dt = time.perf_counter() - t
+            best = dt if best is None else min(best, dt)
+        times.append(best)
+        rows.append((q, best, r))
+    return cold, times, rows
+
+
+def exhaustive(ctx, mask):
+    cands = sorted({int(i) for i in ctx.cols.cand[mask]})
+    keys = group_keys(ctx.cands, ctx.limits.same_gpu)
+    limits = {i: int(ctx.cols.n[ctx.cols.cand == i].max()) for i in cands}
+    best, n_eval = None, 0
+    for k in (1, 2, 3):
+        for combo in itertools.combinations(cands, k):
+            if len({keys[i] for i in combo}) > 1:
+                continue
+            for counts in itertools.product(*[range(1, limits[i] + 1) for i in combo]):
+                if sum(counts) > ctx.limits.max_nodes:
+                    continue
+                o = ctx.evaluate(tuple(zip(combo, counts)))
+                n_eval += 1
+                if o.feasible and (best is None or o.cost_usd < best.cost_usd):
+                    best = o
+    return best, n_eval
+
+
+def small(catalog, w):
+    out = []
+    for deadline_h, quotas in ((30, None), (12, {"p3.2xlarge": 3}), (8, {"p3.2xlarge": 2, "g5.xlarge": 2})):
+        ctx = prepare(w, samples=SAMPLES / 9, deadline_s=deadline_h * 3600, catalog=catalog, clouds=["aws"],
+                      regions=["us-east-1"], gpus=["V100", "T4", "A10G"], max_nodes=8, quotas=quotas)
+        mask = market_mask(ctx)
+        t = time.perf_counter()
+        ex, n_eval = exhaustive(ctx, mask)
+        t_ex = time.perf_counter() - t
+        t = time.perf_counter()
+        ours = solve(ctx, mask=mask)
+        t_ours = time.perf_counter() - t
+        same = (ex is None and ours is None) or (ex is not None and ours is not None
+                                                 and abs(ex.cost_usd - ours.cost_usd) <= 1e-9 * ex.cost_usd)
+        out.append((deadline_h, quotas, len(ctx.cands), n_eval, t_ex, t_ours, ex, ours, same, ctx))
+    return out
+
+
+def main() -> int:
+    catalog = load_catalog()
+    w = Workload.from_zoo("resnet50", 64)
+    cold, times, rows = latency(catalog, w)
+    med = statistics.median(times)
+    print(f"cold {cold:.2f} s; warm median {med:.3f} s over {len(times)} queries")
+    lines = ["| query | best plan | expected cost | expected time | columns | after pruning | MILP solves | latency (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for q, t, r in rows:
+        s = r.stats
+        p = r.best.prediction
+        lines.append(f"| {q} | {r.best.cluster} ({', '.join(g.instance_type for g in r.best.groups)}) | "
+                     f"${p.cost_usd:,.2f} | {p.duration_s / 3600:.2f} h | {s['columns']:,} | {s['columns_after_pruning']} | "
+                     f"{s['milp_calls']} | {t:.3f} |")
+    print("\n".join(lines))
+    res = small(catalog, w)
+    sl = ["| deadline | quotas | candidates | plans enumerated | exhaustive (s) | ours (s) | speed-up | exhaustive optimum | ours | same |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for d, q, nc, ne, te, to, ex, ours, same, ctx in res:
+        from spottrain.planner.api import describe
+
+        sl.append(f"| {d} h | {q} | {nc} | {ne:,} | {te:.2f} | {to:.3f} | {te / max(to, 1e-9):,.0f}x | "
+                  f"{describe(ctx, ex) if ex else '-'} ${ex.cost_usd if ex else 0:,.2f} | "
+                  f"{describe(ctx, ours) if ours else '-'} ${ours.cost_usd if ours else 0:,.2f} | {'yes' if same else 'NO'} |")
+    print("\n".join(sl))
+    md = [
+        "# Planner", "",
+        "Command: `.venv/bin/python bench/planner.py`", "",
+        f"Machine: {machine()} (shared with other work while measured).", "",
+        f"Catalog: shipped catalog, {len(catalog.offers):,} GPU offers; workload ResNet-50, batch 64 per GPU, "
+        f"90 ImageNet epochs ({SAMPLES:,} samples); sync all-reduce; spot and on-demand; mixes of up to 3 types.", "",
+        "## Latency on the full catalog", "",
+        f"- cold (first request in the process: lifetime-model fits and perf-model queries): **{cold:.2f} s**",
+        f"- warm median over {len(times)} different requests (best of 3 each): **{med:.3f} s** "
+        "(goal <= 0.1 s; anchors: spotDNN 0.2-0.3 s at 70 instances, Srifty's exhaustive search up to 1,500 s)", "",
+        *lines, "",
+        "## Solver vs exhaustive search (small catalog)", "",
+        "AWS us-east-1, V100/T4/A10G, up to 8 nodes, spot and on-demand, mixes of up to 3 types in one "
+        "placement group; both sides use the same exact evaluation.", "",
+        *sl, "",
+    ]
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "planner.md").write_text("\n".join(md))
+    return 0 if all(r[8] for r in res) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
