@@ -70,7 +70,10 @@ class TrainConfig:
     """Alternatively, checkpoint every N steps (deterministic; used in tests)."""
     keep_checkpoints: int = 3
     backend: str = "auto"
-    """``gloo``, ``nccl`` or ``auto`` (nccl when CUDA is available)."""
+    """``gloo``, ``nccl`` or ``auto`` (nccl when the device is a GPU, else gloo)."""
+    device: str = "auto"
+    """``cpu``, ``cuda:N`` or ``auto``: ``cuda:$LOCAL_RANK`` when that GPU exists (one GPU per
+    process, as torchrun starts them), else ``cpu``."""
     pg_timeout_s: float = 10.0
     """Collective timeout: how long a hung (not dead) peer can stall the others."""
     rejoin_timeout_s: float = 120.0
@@ -126,6 +129,9 @@ class Trainer:
         self.checkpointer = (Checkpointer(config.checkpoint_dir, job_id=config.job_id, keep=config.keep_checkpoints)
                              if config.checkpoint_dir else None)
         self.worker_id = os.environ.get("SPOTTRAIN_WORKER_ID", f"pid{os.getpid()}")
+        self.device = self._pick_device()
+        # In-place: the Parameter objects (and so the optimizer's references) stay the same.
+        self.model.to(self.device)
         self._base_lrs = [g["lr"] for g in optimizer.param_groups]
         self._ddp: DDP | None = None
         self._gen = -1
@@ -155,7 +161,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        self.model.load_state_dict(state["model"])  # copies onto the model's device
         self.optimizer.load_state_dict(state["optim"])
         if self.lr_scheduler is not None and state.get("sched") is not None:
             self.lr_scheduler.load_state_dict(state["sched"])
@@ -242,7 +248,8 @@ class Trainer:
             for g, base in zip(self.optimizer.param_groups, self._base_lrs):
                 g["lr"] = base * self._world / ref
         if dist.is_initialized():
-            self._ddp = DDP(self.model, broadcast_buffers=False)
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self._ddp = DDP(self.model, device_ids=ids, broadcast_buffers=False)
         self._fresh = False
         self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step, source=source,
                     form_s=time.time() - t0, wait_s=t_wait, init_s=t_init - t0 - t_wait,
@@ -250,8 +257,9 @@ class Trainer:
 
     def _exchange_state(self) -> str:
         """Agree on the newest state among the members and hand it to whoever lacks it."""
-        mine = torch.tensor([self.step, 0 if self._fresh else 1], dtype=torch.int64)
-        everyone = [torch.zeros(2, dtype=torch.int64) for _ in range(self._world)]
+        dev = self._comm_device()
+        mine = torch.tensor([self.step, 0 if self._fresh else 1], dtype=torch.int64, device=dev)
+        everyone = [torch.zeros(2, dtype=torch.int64, device=dev) for _ in range(self._world)]
         dist.all_gather(everyone, mine)
         steps = [int(t[0]) for t in everyone]
         has = [int(t[1]) for t in everyone]
@@ -262,7 +270,7 @@ class Trainer:
             return "memory" if has[self._rank] else "init"
         from spottrain.runtime.state import broadcast_state
 
-        state = broadcast_state(self.state_dict() if self._rank == src else None, src)
+        state = broadcast_state(self.state_dict() if self._rank == src else None, src, device=dev)
         if self._rank != src:
             self.load_state_dict(state)
             return "peer"
@@ -280,10 +288,23 @@ class Trainer:
             except Exception:  # noqa: BLE001 - a broken group is exactly what we are discarding
                 pass
 
+    def _pick_device(self) -> torch.device:
+        if self.config.device != "auto":
+            return torch.device(self.config.device)
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available() and local < torch.cuda.device_count():
+            torch.cuda.set_device(local)
+            return torch.device("cuda", local)
+        return torch.device("cpu")
+
     def _backend(self) -> str:
         if self.config.backend != "auto":
             return self.config.backend
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return "nccl" if self.device.type == "cuda" else "gloo"
+
+    def _comm_device(self) -> torch.device:
+        """Where small control tensors live: NCCL only moves GPU tensors."""
+        return self.device if self._backend() == "nccl" else torch.device("cpu")
 
     # ------------------------------------------------------------------ one step
     def _train_step(self) -> None:
@@ -322,9 +343,8 @@ class Trainer:
 
     def _fetch(self, indices: list[int]) -> Any:
         get_batch = getattr(self.dataset, "get_batch", None)
-        if get_batch is not None:
-            return get_batch(indices)
-        return self.collate_fn([self.dataset[i] for i in indices])
+        batch = get_batch(indices) if get_batch is not None else self.collate_fn([self.dataset[i] for i in indices])
+        return _to_device(batch, self.device) if self.device.type != "cpu" else batch
 
     # ------------------------------------------------------------------ step boundary
     def _boundary(self) -> None:
@@ -337,11 +357,12 @@ class Trainer:
         if self._rank == 0 and self._checkpoint_due():
             want_ckpt = 1
         ctl = self._elastic.control() if self._elastic is not None else {"gen": self._gen, "ckpt": 0}
-        flags = torch.zeros(3 + self._world, dtype=torch.int64)
+        flags = torch.zeros(3 + self._world, dtype=torch.int64, device=self._comm_device())
         flags[0], flags[1], flags[2] = int(ctl["gen"]), want_ckpt, int(ctl["ckpt"])
         flags[3 + self._rank] = leaving
         if dist.is_initialized():
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        flags = flags.cpu()
         leavers = [r for r in range(self._world) if flags[3 + r] > 0]
         stay = [r for r in range(self._world) if r not in leavers]
         requested = int(flags[2]) > self._ctl_ckpt_seen
@@ -450,3 +471,13 @@ class Trainer:
         # Only a flag: the step boundary acts on it (store and collectives are not reentrant).
         if self._notice_at is None:
             self._notice_at = time.monotonic()
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch

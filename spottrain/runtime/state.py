@@ -65,27 +65,28 @@ def snapshot(obj: Any) -> Any:
     return unflatten(tree, {k: t.detach().to("cpu", copy=True) for k, t in tensors.items()})
 
 
-def broadcast_state(state: Any | None, src: int, group: Any = None) -> Any:
+def broadcast_state(state: Any | None, src: int, group: Any = None, *, device: Any = "cpu") -> Any:
     """Send ``state`` from rank ``src`` to every rank of ``group`` without pickling.
 
     The header (tree + tensor shapes/dtypes) travels as a uint8 tensor of JSON; the tensors
-    travel as one flat buffer per dtype.
+    travel as one flat buffer per dtype, on ``device`` (a GPU for NCCL). Received tensors are
+    returned on the CPU; ``load_state_dict`` copies them where they belong.
     """
     rank = dist.get_rank(group)
     if rank == src:
         tree, tensors = flatten(state)
         meta = [[k, str(t.dtype).removeprefix("torch."), list(t.shape)] for k, t in tensors.items()]
         header = json.dumps({"tree": tree, "meta": meta}).encode()
-        length = torch.tensor([len(header)], dtype=torch.int64)
+        length = torch.tensor([len(header)], dtype=torch.int64, device=device)
     else:
-        length = torch.zeros(1, dtype=torch.int64)
+        length = torch.zeros(1, dtype=torch.int64, device=device)
     dist.broadcast(length, src, group=group)
     if rank == src:
-        buf = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+        buf = torch.frombuffer(bytearray(header), dtype=torch.uint8).to(device)
     else:
-        buf = torch.empty(int(length.item()), dtype=torch.uint8)
+        buf = torch.empty(int(length.item()), dtype=torch.uint8, device=device)
     dist.broadcast(buf, src, group=group)
-    head = json.loads(buf.numpy().tobytes().decode())
+    head = json.loads(buf.cpu().numpy().tobytes().decode())
     by_dtype: dict[str, list[tuple[str, list[int]]]] = {}
     for key, dtype, shape in head["meta"]:
         by_dtype.setdefault(dtype, []).append((key, shape))
@@ -94,10 +95,11 @@ def broadcast_state(state: Any | None, src: int, group: Any = None) -> Any:
         dtype = getattr(torch, dtype_name)
         sizes = [_numel(shape) for _, shape in items]
         if rank == src:
-            flat = torch.cat([tensors[k].detach().reshape(-1).to(dtype) for k, _ in items]) if items else torch.empty(0, dtype=dtype)
+            flat = torch.cat([tensors[k].detach().reshape(-1).to(device=device, dtype=dtype) for k, _ in items])
         else:
-            flat = torch.empty(sum(sizes), dtype=dtype)
+            flat = torch.empty(sum(sizes), dtype=dtype, device=device)
         dist.broadcast(flat, src, group=group)
+        flat = flat.cpu()
         for (key, shape), part in zip(items, torch.split(flat, sizes)):
             out[key] = part.clone().reshape(shape)
     return unflatten(head["tree"], out)
