@@ -62,6 +62,7 @@ GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size"
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
     # CIFAR ResNets (32-128 channels) ~14 FLOPs per byte of activation traffic, ~ sqrt(width).
+    # lam16 / lam_tf32: logit of the fraction of FLOPs on the FP16 / TF32 tensor-core path (~0.9).
     # log_level: overall speed of a framework / workload family relative to the roofline; free.
     "log_level": (0.0, 3.0), "c0": (0.8, 1.0), "log_ai": (math.log(14.0), 1.0), "lam16": (2.2, 1.5), "lam_tf32": (2.2, 1.5),
     "log_tau": (math.log(0.003), 1.5), "w_size": (0.0, 0.3), "w_ai": (0.5, 0.3),
