@@ -130,3 +130,39 @@ def test_cli_run_json_summary(tmp_path: Path) -> None:
         run = store.get_run(summary["job_id"])
         assert run.status == "completed"
         assert [e.event for e in store.events(summary["job_id"], event="exit")]
+
+
+@pytest.mark.slow
+def test_torchrun_restart_resumes_from_checkpoint(tmp_path: Path, baseline: dict[str, torch.Tensor]) -> None:
+    """The SkyPilot path: torchrun with a fresh rendezvous store per restart
+    (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) restarts every worker after a kill -9 and the job
+    resumes from the newest checkpoint to the same parameters."""
+    import os
+    import signal
+    import time
+
+    ck = tmp_path / "ck"
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "SPOTTRAIN_STEPS": str(STEPS),
+           "SPOTTRAIN_CHECKPOINT_DIR": str(ck), "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_JOB_ID": "tr",
+           "OMP_NUM_THREADS": "1", "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.1", "SPOTTRAIN_RUN_DIR": str(tmp_path / "run")}
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.Popen([str(torchrun), "--standalone", f"--nproc-per-node={WORKERS}", "--max-restarts=2",
+                             "-m", "spottrain.runtime.examples", "mlp"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 150
+        while not (ck / "step-000000010").exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert children, "no torchrun workers found"
+        os.kill(int(children[-1]), signal.SIGKILL)
+        assert proc.wait(timeout=180) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    restores = [json.loads(line) for p in (tmp_path / "run").glob("events-*.jsonl")
+                for line in p.read_text().splitlines() if '"restore"' in line]
+    assert restores and min(r["step"] for r in restores) >= 10, "the restarted workers did not resume"
+    final = ck / f"step-{STEPS:09d}"
+    assert load_checkpoint(final, job_id="tr")["step"] == STEPS
+    assert _max_diff(_params(final), baseline) <= 1e-6
