@@ -26,7 +26,7 @@ class Injection:
     """Kill (SIGKILL, no notice) or notify (SIGTERM) one worker at a time."""
 
     time_s: float | None
-    """Seconds after launch; ``None`` with ``on_checkpoint``."""
+    """Seconds after training starts (the first completed step); ``None`` for step/ckpt triggers."""
     worker: int | str
     """Slot index, or ``"chief"``."""
     kind: str

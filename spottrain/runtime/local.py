@@ -90,6 +90,7 @@ class _Controller:
         self.finished = False
         self.failed: str | None = None
         self._last_progress_t = 0.0
+        self.train_t0: float | None = None
         self._last_progress = -1
 
     # ---------------------------------------------------------------- helpers
@@ -273,7 +274,14 @@ class _Controller:
         if inj.on_checkpoint:
             ckpt = self.job.checkpoint_dir
             return ckpt is not None and ckpt.is_dir() and any(p.name.startswith(".tmp-") for p in ckpt.iterdir())
-        return inj.time_s is not None and now >= inj.time_s
+        # Times count from the first completed step: process start-up (seconds of Python and
+        # torch imports) is not training time, and a simulator schedule starts with training.
+        if self.train_t0 is None:
+            if self._progress() < 1:
+                return False
+            self.train_t0 = now
+            self.record("training_started")
+        return inj.time_s is not None and now - self.train_t0 >= inj.time_s
 
     def _inject(self, inj: Injection) -> None:
         if inj.worker == "chief":
