@@ -26,3 +26,18 @@ def test_planning_modules_do_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_public_api_resolves_every_name():
+    code = (
+        "import sys, spottrain\n"
+        "torch_names = {'profile','Profile','load_profile','zoo_names','Trainer','TrainConfig','Checkpointer',"
+        "'run_local','LocalJob','RunSummary','Store'}\n"
+        "for n in spottrain.__all__:\n"
+        "    if n not in torch_names: getattr(spottrain, n)\n"
+        "assert 'torch' not in sys.modules, 'planning API pulled in torch'\n"
+        "for n in torch_names: getattr(spottrain, n)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
