@@ -189,6 +189,7 @@ def prepare(
     cands, report = build_candidates(offers, clouds=clouds, regions=regions, zones=zones, gpus=gpus,
                                      instance_types=instance_types, spot=spot, on_demand=on_demand,
                                      min_gpu_memory_gib=memory_needed_gib(workload, profile))
+    cands = drop_twins(cands, quotas, report)
     anchor = on_demand_anchor or anchor_share > 0
     job = Job(workload=workload, samples=float(samples), sync=sync, ps=ps,
               checkpoint_s=risk.checkpoint_cost_s(workload.gradient_bytes, anchor=anchor), deadline_s=deadline_s,
@@ -204,6 +205,26 @@ def prepare(
         g = np.array([cands[i].gpus_per_node for i in cols.cand], dtype=float)
         traffic = 2.0 * workload.gradient_bytes * cols.thr / (workload.batch_size * g)
     return Context(job=job, cands=cands, cols=cols, limits=limits, traffic=traffic, report=report, snapshot=snapshot)
+
+
+def drop_twins(cands: list[Candidate], quotas: dict[str, int] | None, report: CandidateReport) -> list[Candidate]:
+    """Drop a node kind when a cheaper one has the same cloud, region, GPU, GPUs per node, network
+    and market (e.g. ``a3-edgegpu-8g`` vs ``a3-edgegpu-8g-nolssd``): performance and revocation
+    models see them as the same node, so the dearer one is dominated. Kinds named in a quota stay."""
+    named = {k.lower() for k in (quotas or {})}
+    best: dict[tuple, Candidate] = {}
+    out = []
+    for c in cands:
+        if c.instance_type.lower() in named or c.gpu.lower() in named:
+            out.append(c)
+            continue
+        key = (c.cloud, c.region, c.gpu, c.gpus_per_node, c.network_gbps, c.spot)
+        old = best.get(key)
+        if old is None or (c.price_usd_per_hour, c.instance_type) < (old.price_usd_per_hour, old.instance_type):
+            best[key] = c
+    kept = out + list(best.values())
+    report.notes.append(f"{len(cands) - len(kept)} node kinds dominated by an identical cheaper type")
+    return sorted(kept, key=lambda c: (c.cloud, c.instance_type, c.spot, c.region))
 
 
 def _validate(*, samples, deadline_s, budget_usd, confidence, max_nodes, spot, on_demand, anchor, sync, max_kinds):
@@ -254,7 +275,28 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         incumbent = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
     if limits.max_kinds < 2:
         return incumbent
-    return solve_mix(sub, ctx.cands, limits, ctx.work, objective, incumbent, ctx.evaluate, traffic, stats=stats)
+    job = ctx.job
+
+    def group_cap(members: list[int], m: int) -> np.ndarray:
+        """Best effective throughput of N = 1..m nodes of one kind of the group (exact risk model)."""
+        c = ctx.cands[members[0]]
+        thr, lo, hi, _ = _deps.throughput_curve(job.workload, c.gpu, c.gpus_per_node, c.network_gbps, m,
+                                                 sync=job.sync, ps=job.ps)
+        n = np.arange(1, m + 1)
+        best = np.zeros(m)
+        for spot in sorted({ctx.cands[i].spot for i in members}):
+            if spot:
+                rev = _deps.revocation(c.cloud, c.gpu)
+                rate, sm, sd = n * rev.rate_per_s, REGROUP_S + rev.restart_mean_s / n, rev.restart_sd_s / n
+            else:
+                rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
+            a = risk.assess(job.samples, thr, lo, hi, rate, sm, sd, job.checkpoint_s)
+            e = np.divide(job.samples, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
+            best = np.maximum(best, e)
+        return best * (1 + 1e-9)
+
+    return solve_mix(sub, ctx.cands, limits, ctx.work, objective, incumbent, ctx.evaluate, traffic, stats=stats,
+                     group_cap=group_cap)
 
 
 def _subset(cols: Columns, mask: np.ndarray | None) -> Columns:

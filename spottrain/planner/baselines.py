@@ -7,8 +7,9 @@
 - ``deepvm``: DeepVM ranks instance types by FLOPP (peak TFLOPS per $/h), then sizes the
   cluster by a linear program on peak FLOPS (here: required FLOPs / deadline at 40% of peak) with
   one on-demand anchor of the same type for the checkpoints.
-- ``spotdnn``: asynchronous PS training (one PS), spot servers only, heterogeneous types, with
-  bounds and a sliding window over worker counts (our MILP restricted to what spotDNN allows).
+- ``spotdnn``: asynchronous PS training (enough PS for the traffic), spot servers only, the 8
+  spot types of least cost per sample, mixes of 2 types, with bounds and a sliding window over
+  worker counts (our MILP restricted to what spotDNN allows).
 - ``cm-dare``: homogeneous clusters of K80, P100 or V100 only (the GPUs CM-DARE measured).
 """
 
@@ -25,6 +26,7 @@ from spottrain.plan import Plan
 DEEPVM_UTILIZATION = 0.4
 SKYPILOT_ASSUMED_S = 3600.0
 SPOTDNN_MAX_KINDS = 2
+SPOTDNN_TYPES = 8
 
 
 def run_baselines(ctx: Any) -> dict[str, Plan | str]:
@@ -126,7 +128,18 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
             self.price_usd_per_hour = c.on_demand_price_usd_per_hour
             self.spot_price_usd_per_hour = c.price_usd_per_hour
 
-    offers = [_Offer(c) for c in ctx.cands if c.spot]
+    # spotDNN profiles each instance type it considers (~30 iterations each), so it works with a
+    # handful of types: the SPOTDNN_TYPES spot types of least single-node cost per sample.
+    cols = ctx.cols
+    one = (cols.n == 1) & np.isfinite(cols.time_mean_s)
+    per_type: dict[str, float] = {}
+    for j in np.flatnonzero(one):
+        c = ctx.cands[int(cols.cand[j])]
+        if c.spot:
+            v = float(cols.cost_usd[j])
+            per_type[c.instance_type] = min(v, per_type.get(c.instance_type, np.inf))
+    keep = set(sorted(per_type, key=per_type.get)[:SPOTDNN_TYPES])
+    offers = [_Offer(c) for c in ctx.cands if c.spot and c.instance_type in keep]
     lim = ctx.limits
     # enough parameter servers for the gradient traffic of the throughput the deadline needs
     w = ctx.job.workload

@@ -26,6 +26,8 @@ Decision variables
   (an SOS1 set per candidate) makes the piecewise-linear throughput curve exact at every
   integer count, however nonlinear the performance model is in ``n``.
 - ``z_g in {0, 1}``: the plan is placed in group ``g``.
+- ``y_(g,N) in {0, 1}``: group ``g`` holds ``N`` nodes in total (sync only).
+- ``e >= 0`` (continuous): the plan's effective throughput in the relaxation.
 
 Constraints
 -----------
@@ -40,13 +42,19 @@ Constraints
 7. Budget: ``sum_j (P_j W / 3600 - B E_j) x_j <= 0`` (expected cost <= B), and with a hard cap
    ``H`` on the 95th-percentile cost the same with ``W / T_j^(0.95)``.
 8. GPU memory: columns whose GPU cannot hold the per-GPU batch are never generated.
+9. Mix throughput: ``e <= sum_j E_j x_j`` and, in synchronous training (a group's nodes have the
+   same GPU, GPUs per node and network), ``sum_N y_(g,N) = z_g``,
+   ``sum_N N y_(g,N) = sum_{j in g} n_j x_j`` and ``e <= sum_(g,N) Ebar_g(N) y_(g,N)``, with
+   ``Ebar_g(N)`` the best effective throughput of N nodes of one kind of the group: a mix of N
+   identical-performance nodes is no faster than N of them, and its revocation rate (spot nodes
+   of one cloud and GPU share a lifetime model) is at least that of the least-revoked kind.
 
 Objectives
 ----------
-- min-cost: minimize ``W / 3600 * sum P_j x_j / sum E_j x_j`` (expected cost), a 0-1
-  linear-fractional program, solved exactly by Dinkelbach's method: repeatedly minimize
-  ``sum (P_j - lambda E_j) x_j`` and set ``lambda`` to the ratio of the solution.
-- max-throughput: maximize ``sum_j E_j x_j`` subject to the budget (7).
+- min-cost: minimize ``W / 3600 * sum P_j x_j / e`` (expected cost), a 0-1 linear-fractional
+  program, solved exactly by Dinkelbach's method: repeatedly minimize ``sum P_j x_j - lambda e``
+  and set ``lambda`` to the ratio of the solution.
+- max-throughput: maximize ``e`` subject to the budget (7, with ``e`` in place of the sum).
 
 Linearization and why the answer is exact
 -----------------------------------------
@@ -145,7 +153,7 @@ class SolveStats:
 
 def group_keys(cands: Sequence[Candidate], same_gpu: bool) -> list[tuple]:
     if same_gpu:
-        return [(c.cloud, c.region, c.gpu, c.gpus_per_node) for c in cands]
+        return [(c.cloud, c.region, c.gpu, c.gpus_per_node, c.network_gbps) for c in cands]
     return [(c.cloud, c.region) for c in cands]
 
 
@@ -180,10 +188,16 @@ def _top_others(values: np.ndarray, owner: np.ndarray, grp: np.ndarray, k: int, 
 
 
 class MixProblem:
-    """The MILP over a pruned set of columns, with no-good cuts added as the search goes."""
+    """The MILP over a pruned set of columns, with no-good cuts added as the search goes.
+
+    Variables: ``x`` (columns), ``z`` (groups), ``y[g, N]`` (the group's total node count, one-hot)
+    and a continuous ``e`` (effective throughput of the plan). ``e <= sum E_j x_j`` (parts) and,
+    in synchronous training where a group's nodes are performance-identical, ``e <= thr_g(N)``
+    (the best effective throughput of N such nodes): the bound that keeps the relaxation tight.
+    """
 
     def __init__(self, cols: Columns, keep: np.ndarray, cands: Sequence[Candidate], limits: Limits,
-                 work: float, traffic: np.ndarray | None) -> None:
+                 work: float, traffic: np.ndarray | None, group_cap: Callable[[list[int], int], np.ndarray] | None = None) -> None:
         self.j = np.flatnonzero(keep)
         self.cols, self.cands, self.limits, self.work = cols, cands, limits, work
         cand = cols.cand[self.j]
@@ -193,90 +207,137 @@ class MixProblem:
         gid = {k: g for g, k in enumerate(gkeys)}
         grp = np.array([gid[keys[i]] for i in cand], dtype=int)
         nx, ng = self.j.size, len(gkeys)
-        self.nx, self.nvar = nx, nx + ng
-        rows: list[sparse.spmatrix] = []
-        lo: list[np.ndarray] = []
-        hi: list[np.ndarray] = []
+        M = int(limits.max_nodes) if group_cap is not None else 0
+        ny = ng * M
+        self.nx, self.ng, self.ny = nx, ng, ny
+        self.nvar = nx + ng + ny + 1
+        self.grp, self.n = grp, n
+        E = self._q(cols.time_mean_s[self.j])
+        self.E, self.P = E, cols.price_rate[self.j]
+        rows, lo, hi = [], [], []
 
-        def add(mat, l, h):
-            mat = sparse.csr_matrix(mat)
-            rows.append(sparse.hstack([mat[:, :nx], mat[:, nx:]]) if mat.shape[1] == self.nvar else mat)
-            lo.append(np.broadcast_to(l, (mat.shape[0],)).astype(float))
-            hi.append(np.broadcast_to(h, (mat.shape[0],)).astype(float))
+        def add(xpart=None, zpart=None, ypart=None, epart=0.0, l=-np.inf, h=np.inf):
+            row = np.zeros(self.nvar)
+            if xpart is not None:
+                row[:nx] = xpart
+            if zpart is not None:
+                row[nx:nx + ng] = zpart
+            if ypart is not None:
+                row[nx + ng:nx + ng + ny] = ypart
+            row[-1] = epart
+            rows.append(row)
+            lo.append(l)
+            hi.append(h)
 
-        ucand, cidx = np.unique(cand, return_inverse=True)
-        one = sparse.csr_matrix((np.ones(nx), (cidx, np.arange(nx))), shape=(ucand.size, nx))
-        add(sparse.hstack([one, sparse.csr_matrix((ucand.size, ng))]), -np.inf, 1.0)
-        gx = sparse.csr_matrix((np.ones(nx), (grp, np.arange(nx))), shape=(ng, nx))
-        add(sparse.hstack([gx, -limits.max_kinds * sparse.identity(ng)]), -np.inf, 0.0)
-        add(np.concatenate([np.zeros(nx), np.ones(ng)])[None, :], 1.0, 1.0)
-        add(np.concatenate([n, np.zeros(ng)])[None, :], -np.inf, float(limits.max_nodes))
+        for i in np.unique(cand):
+            add(xpart=(cand == i).astype(float), h=1.0)
+        for g in range(ng):
+            zp = np.zeros(ng)
+            zp[g] = -limits.max_kinds
+            add(xpart=(grp == g).astype(float), zpart=zp, h=0.0)
+        add(zpart=np.ones(ng), l=1.0, h=1.0)
+        add(xpart=n, h=float(limits.max_nodes))
         if limits.quotas:
             for name, q in limits.quotas.items():
                 mask = np.array([name.lower() in (cands[i].instance_type.lower(), cands[i].gpu.lower()) for i in cand])
                 if mask.any():
-                    add(np.concatenate([n * mask, np.zeros(ng)])[None, :], -np.inf, float(q))
+                    add(xpart=n * mask, h=float(q))
         if limits.deadline_s is not None:
-            q = self._q(cols.time_q_s[self.j])
-            add(np.concatenate([q, np.zeros(ng)])[None, :], work / limits.deadline_s, np.inf)
+            add(xpart=self._q(cols.time_q_s[self.j]), l=work / limits.deadline_s)
         od = np.array([not cands[i].spot for i in cand], dtype=float)
         if limits.anchor_min_on_demand > 0:
-            add(np.concatenate([n * od, np.zeros(ng)])[None, :], float(limits.anchor_min_on_demand), np.inf)
+            add(xpart=n * od, l=float(limits.anchor_min_on_demand))
         if limits.anchor_share > 0:
-            add(np.concatenate([n * od - limits.anchor_share * n, np.zeros(ng)])[None, :], 0.0, np.inf)
+            add(xpart=n * od - limits.anchor_share * n, l=0.0)
         if traffic is not None and limits.ps_capacity_bytes_per_s is not None:
-            add(np.concatenate([traffic[self.j], np.zeros(ng)])[None, :], -np.inf, limits.ps_capacity_bytes_per_s)
-        self.E = self._q(cols.time_mean_s[self.j])
-        self.P = cols.price_rate[self.j]
+            add(xpart=traffic[self.j], h=limits.ps_capacity_bytes_per_s)
+        add(xpart=-E, epart=1.0, h=0.0)  # e <= sum of parts
+        self.cap = None
+        if M:
+            self.cap = np.zeros((ng, M))
+            members: dict[int, set[int]] = {}
+            for k, i in enumerate(cand):
+                members.setdefault(int(grp[k]), set()).add(int(i))
+            for g in range(ng):
+                self.cap[g] = group_cap(sorted(members[g]), M)
+                yg = np.zeros(ny)
+                yg[g * M:(g + 1) * M] = 1.0
+                zp = np.zeros(ng)
+                zp[g] = -1.0
+                add(zpart=zp, ypart=yg, l=0.0, h=0.0)  # one total count for the active group
+                yn = np.zeros(ny)
+                yn[g * M:(g + 1) * M] = -np.arange(1, M + 1)
+                add(xpart=n * (grp == g), ypart=yn, l=0.0, h=0.0)
+            add(ypart=-self.cap.reshape(-1), epart=1.0, h=0.0)  # e <= thr_g(N)
         if limits.budget_usd is not None:
-            add(np.concatenate([self.P * work / 3600.0 - limits.budget_usd * self.E, np.zeros(ng)])[None, :], -np.inf, 0.0)
+            add(xpart=self.P * work / 3600.0, epart=-limits.budget_usd, h=0.0)
         if limits.hard_cap_usd is not None:
             e95 = self._q(cols.time_p95_s[self.j])
-            add(np.concatenate([self.P * work / 3600.0 - limits.hard_cap_usd * e95, np.zeros(ng)])[None, :], -np.inf, 0.0)
-        self.A = sparse.vstack(rows).tocsr()
-        self.lo, self.hi = np.concatenate(lo), np.concatenate(hi)
-        self.cuts: list[np.ndarray] = []
+            add(xpart=self.P * work / 3600.0 - limits.hard_cap_usd * e95, h=0.0)
+        self.A = sparse.csr_matrix(np.array(rows))
+        self.lo, self.hi = np.array(lo, float), np.array(hi, float)
+        self.cuts: list[tuple[np.ndarray, float]] = []
         self.calls = 0
 
     def _q(self, t: np.ndarray) -> np.ndarray:
         return np.divide(self.work, t, out=np.zeros_like(t), where=np.isfinite(t) & (t > 0))
 
+    def _index(self, picks: Picks) -> list[int]:
+        want = set(picks)
+        return [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in want]
+
     def cut(self, picks: Picks) -> None:
         """No-good cut: never return exactly this set of columns again."""
-        row = -np.ones(self.nvar)
-        row[self.nx:] = 0.0
-        chosen = [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in set(picks)]
+        row = np.zeros(self.nvar)
+        row[: self.nx] = -1.0
+        chosen = self._index(picks)
         row[chosen] = 1.0
         self.cuts.append((row, len(chosen) - 1.0))
 
-    def solve(self, c_x: np.ndarray, *, extra: tuple[np.ndarray, float, float] | None = None) -> tuple[Picks | None, float]:
-        """Minimize ``c_x . x``; returns the picks and the objective value (None if infeasible)."""
+    def solve(self, c_x: np.ndarray, c_e: float = 0.0, *, e_floor: float | None = None) -> tuple[Picks | None, float]:
+        """Minimize ``c_x . x + c_e e``; returns the picks and the objective value."""
         self.calls += 1
-        c = np.concatenate([c_x, np.zeros(self.nvar - self.nx)])
+        c = np.zeros(self.nvar)
+        c[: self.nx] = c_x
+        c[-1] = c_e
         A, lo, hi = self.A, self.lo, self.hi
-        if self.cuts:
-            A = sparse.vstack([A, sparse.csr_matrix(np.array([r for r, _ in self.cuts]))]).tocsr()
-            lo = np.concatenate([lo, np.full(len(self.cuts), -np.inf)])
-            hi = np.concatenate([hi, [b for _, b in self.cuts]])
-        if extra is not None:
-            row = np.concatenate([extra[0], np.zeros(self.nvar - self.nx)])
-            A = sparse.vstack([A, sparse.csr_matrix(row[None, :])]).tocsr()
-            lo, hi = np.concatenate([lo, [extra[1]]]), np.concatenate([hi, [extra[2]]])
-        res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=np.ones(self.nvar),
-                   bounds=Bounds(0, 1), options={"disp": False, "mip_rel_gap": 1e-9})
-        if res.x is None or res.status not in (0,):
+        extra = [r for r, _ in self.cuts]
+        elo = [-np.inf] * len(self.cuts)
+        ehi = [b for _, b in self.cuts]
+        if e_floor is not None:
+            r = np.zeros(self.nvar)
+            r[-1] = 1.0
+            extra.append(r)
+            elo.append(e_floor)
+            ehi.append(np.inf)
+        if extra:
+            A = sparse.vstack([A, sparse.csr_matrix(np.array(extra))]).tocsr()
+            lo, hi = np.concatenate([lo, elo]), np.concatenate([hi, ehi])
+        integrality = np.ones(self.nvar)
+        integrality[-1] = 0
+        ub = np.ones(self.nvar)
+        ub[-1] = np.inf
+        res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality,
+                   bounds=Bounds(np.zeros(self.nvar), ub), options={"disp": False, "mip_rel_gap": 1e-9})
+        if res.x is None or res.status != 0:
             return None, np.inf
         xs = np.flatnonzero(res.x[: self.nx] > 0.5)
         picks = tuple(sorted((int(self.cols.cand[self.j[k]]), int(self.cols.n[self.j[k]])) for k in xs))
         return picks, float(res.fun)
 
-    def ratio(self, picks: Picks) -> float:
-        idx = [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in set(picks)]
-        return float(self.P[idx].sum() / max(self.E[idx].sum(), 1e-300))
-
     def throughput(self, picks: Picks) -> float:
-        idx = [k for k, jj in enumerate(self.j) if (int(self.cols.cand[jj]), int(self.cols.n[jj])) in set(picks)]
-        return float(self.E[idx].sum())
+        """The relaxation's effective throughput of a plan (an upper bound of the exact one)."""
+        idx = self._index(picks)
+        e = float(self.E[idx].sum())
+        if self.cap is not None and idx:
+            g = int(self.grp[idx[0]])
+            total = int(self.n[idx].sum())
+            e = min(e, float(self.cap[g, total - 1]))
+        return e
+
+    def ratio(self, picks: Picks) -> float:
+        idx = self._index(picks)
+        return float(self.P[idx].sum() / max(self.throughput(picks), 1e-300))
 
 
 def spot_mask(cands: Sequence[Candidate]) -> np.ndarray:
@@ -373,7 +434,8 @@ def prune(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float
 
 def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float, objective: str,
               incumbent: Outcome | None, evaluate: Callable[[Picks], Outcome], traffic: np.ndarray | None,
-              *, max_iterations: int = 60, stats: SolveStats | None = None) -> Outcome | None:
+              *, max_iterations: int = 40, time_limit_s: float = 1.0, stats: SolveStats | None = None,
+              group_cap: Callable[[list[int], int], np.ndarray] | None = None) -> Outcome | None:
     """Improve ``incumbent`` with heterogeneous mixes (lazy MILP, see the module docstring)."""
     stats = stats or SolveStats()
     t0 = time.perf_counter()
@@ -384,29 +446,29 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     if not keep.any():
         stats.seconds += time.perf_counter() - t0
         return best
-    prob = MixProblem(cols, keep, cands, limits, work, traffic)
+    prob = MixProblem(cols, keep, cands, limits, work, traffic, group_cap if limits.same_gpu else None)
     seen: set[Picks] = set()
     tol = 1e-9
     for _ in range(max_iterations):
         if objective == "min-cost":
             if best is not None:
                 lam = best.price_rate / (work / best.time_mean_s)
-                picks, val = prob.solve(prob.P - lam * prob.E)
+                picks, val = prob.solve(prob.P, -lam)
                 if picks is None or val >= -tol * max(1.0, float(np.abs(prob.P).max())):
                     break
             else:
-                picks, _ = prob.solve(prob.P)
+                picks, _ = prob.solve(prob.P, -1e-9)
                 if picks is None:
                     break
                 lam = prob.ratio(picks)
                 for _ in range(30):  # Dinkelbach
-                    p2, val = prob.solve(prob.P - lam * prob.E)
+                    p2, val = prob.solve(prob.P, -lam)
                     if p2 is None or val >= -tol * max(1.0, float(np.abs(prob.P).max())):
                         break
                     picks, lam = p2, prob.ratio(p2)
         else:
             floor = (work / best.time_mean_s) * (1 + 1e-9) if best is not None else 0.0
-            picks, val = prob.solve(-prob.E, extra=(prob.E, floor, np.inf) if best is not None else None)
+            picks, val = prob.solve(np.zeros(prob.nx), -1.0, e_floor=floor if best is not None else None)
             if picks is None:
                 break
         if picks in seen:  # cannot happen with the cut in place; guards against solver tolerance
@@ -418,6 +480,10 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
         prob.cut(picks)
         if out.feasible and (best is None or _better(out, best, objective)):
             best = out
+        if time.perf_counter() - t0 > time_limit_s:
+            stats.proven_optimal = False
+            stats.notes.append(f"stopped after {time_limit_s:.1f} s")
+            break
     else:
         stats.proven_optimal = False
         stats.notes.append(f"stopped after {max_iterations} exact evaluations")
