@@ -278,6 +278,7 @@ class MixProblem:
         self.lo, self.hi = np.array(lo, float), np.array(hi, float)
         self.cuts: list[tuple[np.ndarray, float]] = []
         self.calls = 0
+        self.time_limit_s = 1.0
 
     def _q(self, t: np.ndarray) -> np.ndarray:
         return np.divide(self.work, t, out=np.zeros_like(t), where=np.isfinite(t) & (t > 0))
@@ -318,8 +319,11 @@ class MixProblem:
         ub = np.ones(self.nvar)
         ub[-1] = np.inf
         res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality,
-                   bounds=Bounds(np.zeros(self.nvar), ub), options={"disp": False, "mip_rel_gap": 1e-9})
-        if res.x is None or res.status != 0:
+                   bounds=Bounds(np.zeros(self.nvar), ub),
+                   options={"disp": False, "mip_rel_gap": 1e-9, "time_limit": self.time_limit_s})
+        if res.status == 1:  # time limit
+            self.timed_out = True
+        if res.x is None or res.status not in (0, 1):
             return None, np.inf
         xs = np.flatnonzero(res.x[: self.nx] > 0.5)
         picks = tuple(sorted((int(self.cols.cand[self.j[k]]), int(self.cols.n[self.j[k]])) for k in xs))
@@ -447,6 +451,8 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
         stats.seconds += time.perf_counter() - t0
         return best
     prob = MixProblem(cols, keep, cands, limits, work, traffic, group_cap if limits.same_gpu else None)
+    prob.time_limit_s = time_limit_s
+    prob.timed_out = False
     seen: set[Picks] = set()
     tol = 1e-9
     for _ in range(max_iterations):
@@ -487,6 +493,9 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     else:
         stats.proven_optimal = False
         stats.notes.append(f"stopped after {max_iterations} exact evaluations")
+    if prob.timed_out:
+        stats.proven_optimal = False
+        stats.notes.append("a MILP solve hit its time limit")
     stats.milp_calls += prob.calls
     stats.seconds += time.perf_counter() - t0
     return best
