@@ -106,30 +106,45 @@ class TraceRun(RunRevocations):
 
     def __init__(self, trace: CapacityTrace, offset_s: float) -> None:
         self.trace, self.offset_s = trace, offset_s
+        # A trace grants and revokes many nodes at the same instant: remember the last answers.
+        self._memo: dict[tuple[bool, float, int], float] = {}
 
-    def _lv(self, slot: int) -> _Levels:
+    def _lv(self, slot: int) -> tuple[int, _Levels]:
         tr = self.trace
-        return tr._levels[tr._slot_level[min(slot, tr.nodes - 1)]]
+        key = tr._slot_level[min(slot, tr.nodes - 1)]
+        return key, tr._levels[key]
 
     def _index(self, t: float) -> int:
         return max(bisect.bisect_right(self.trace._times, t + self.offset_s) - 1, 0)
 
     def acquire_time(self, t: float, slot: int) -> float:
-        lv = self._lv(slot)
+        key, lv = self._lv(slot)
+        memo = (True, t, key)
+        hit = self._memo.get(memo)
+        if hit is not None:
+            return hit
         k = lv.up[self._index(t)]
-        if k >= len(lv.times):
-            return INF
-        return max(t, lv.times[k] - self.offset_s)
+        out = INF if k >= len(lv.times) else max(t, lv.times[k] - self.offset_s)
+        if len(self._memo) > 64:
+            self._memo.clear()
+        self._memo[memo] = out
+        return out
 
     def revoke_time(self, t: float, slot: int) -> float:
-        lv = self._lv(slot)
+        key, lv = self._lv(slot)
+        memo = (False, t, key)
+        hit = self._memo.get(memo)
+        if hit is not None:
+            return hit
         i = self._index(t)
         k = lv.down[i]
         if k == i:  # already down at t (granted at a boundary): the next one
             k = lv.down[min(i + 1, len(lv.down) - 1)] if i + 1 < len(lv.down) else len(lv.times)
-        if k >= len(lv.times):
-            return INF
-        return max(t, lv.times[k] - self.offset_s)
+        out = INF if k >= len(lv.times) else max(t, lv.times[k] - self.offset_s)
+        if len(self._memo) > 64:
+            self._memo.clear()
+        self._memo[memo] = out
+        return out
 
 
 # ---------------------------------------------------------------- lifetime sampling
