@@ -16,7 +16,7 @@ def _state(event, **kw):
     opt = NodeOption(instance_type="p3.2xlarge", gpu="V100", spot=True, zone="z", price_usd_per_hour=0.9,
                      throughput=400.0, delay_s=200.0)
     base = dict(now_s=100.0, event=event, subject="n3", nodes=(_node(0), _node(1)),
-                planned=tuple(_node(f"p{i}") for i in range(4)) + (_node(3),), pending=0, samples_done=0.0,
+                planned=tuple(_node(f"p{i}") for i in range(3)) + (_node(3),), pending=0, samples_done=0.0,
                 samples_total=1e6, deadline_s=None, restart_overhead_s=60.0, options=(opt,))
     base.update(kw)
     return JobState(**base)
@@ -30,7 +30,7 @@ def test_baselines_are_registered():
 def test_skypilot_managed_releases_everyone_and_relaunches_the_plan():
     d = baselines.skypilot_managed(_state("revoked"))
     assert set(d.release) == {"n0", "n1"}
-    assert len(d.request) == 4  # the plan's four nodes, not the revoked node's own view
+    assert len(d.request) == 4  # the plan's four nodes (the revoked one stands in for one of them)
     assert baselines.skypilot_managed(_state("revoked", pending=4)).request == ()
     assert baselines.skypilot_managed(_state("notice")).checkpoint_now is False
 

@@ -59,8 +59,6 @@ def skypilot_managed(state: JobState) -> Decision:
         return Decision()
     wanted = []
     for node in state.planned:
-        if node.node_id == state.subject:
-            continue  # the revoked node's own view, appended for lookup
         option = _matching(state.options, node.instance_type, node.spot, node.zone)
         if option is not None:
             wanted.append(option)

@@ -605,7 +605,13 @@ class JobRun:
     def _decide(self, event: str, subject: str | None, extra_view: NodeView | None = None) -> None:
         s = self.s
         nodes = self._node_views()
-        planned = s.planned_views if extra_view is None else s.planned_views + (extra_view,)
+        planned = s.planned_views
+        if extra_view is not None:
+            # The revoked node stands in for a planned node of its type, so that the policy can
+            # look it up (state.node) while the planned cluster keeps its size.
+            i = next((k for k, v in enumerate(planned) if v.instance_type == extra_view.instance_type
+                      and v.spot == extra_view.spot), 0)
+            planned = planned[:i] + (extra_view,) + planned[i + 1:]
         state = _fast(
             JobState, now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
             pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
