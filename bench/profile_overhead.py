@@ -6,7 +6,7 @@ For each model, two fresh processes (so one-time costs such as torch's lazy impo
   and saved-tensor hooks, device info, synchronised phase timing, the Profile record).
 Both are timed from just before the model is built to the end, excluding interpreter start and
 `import torch`. Overhead = min profile wall / min baseline wall - 1 over --repeats alternating pairs (the
-minimum is the run least disturbed by other load on the machine). "own work" is the profile's
+minimum is the run least disturbed by other load on the machine). "outside steps" is the profile's
 wall time beyond its warm-up and measured steps (model build, probe, bookkeeping) relative to
 its measured steps, from the same run, so it does not depend on run-to-run noise.
 
@@ -75,9 +75,9 @@ def main() -> None:
         rows.append((name, batch, min(base_walls), min(prof_walls), min(prof_walls) / min(base_walls) - 1, min(own)))
     print(f"profile overhead on CPU: {args.iterations} measured + {args.warmup} warm-up iterations, "
           f"best of {args.repeats} fresh-process pairs")
-    print(f"{'model':16s} {'batch':>5s} {'bare loop s':>12s} {'profile s':>10s} {'overhead':>9s} {'own work/measured':>18s}")
+    print(f"{'model':16s} {'batch':>5s} {'bare loop s':>12s} {'profile s':>10s} {'overhead':>9s} {"outside steps/measured":>24s}")
     for name, batch, bw, pw, ratio, o in rows:
-        print(f"{name:16s} {batch:5d} {bw:12.2f} {pw:10.2f} {ratio:9.1%} {o:18.1%}")
+        print(f"{name:16s} {batch:5d} {bw:12.2f} {pw:10.2f} {ratio:9.1%} {o:24.1%}")
 
 
 if __name__ == "__main__":
