@@ -75,7 +75,7 @@ def main() -> None:
         rows.append((name, batch, min(base_walls), min(prof_walls), min(prof_walls) / min(base_walls) - 1, min(own)))
     print(f"profile overhead on CPU: {args.iterations} measured + {args.warmup} warm-up iterations, "
           f"best of {args.repeats} fresh-process pairs")
-    print(f"{'model':16s} {'batch':>5s} {'bare loop s':>12s} {'profile s':>10s} {'overhead':>9s} {"outside steps/measured":>24s}")
+    print(f"{'model':16s} {'batch':>5s} {'bare loop s':>12s} {'profile s':>10s} {'overhead':>9s} {'outside steps/measured':>24s}")
     for name, batch, bw, pw, ratio, o in rows:
         print(f"{name:16s} {batch:5d} {bw:12.2f} {pw:10.2f} {ratio:9.1%} {o:24.1%}")
 
