@@ -52,3 +52,12 @@ def test_every_row_is_complete_and_cited():
 def test_peak_tflops_falls_back_to_fp32_without_tf32():
     assert gpu_spec("V100").peak_tflops("tf32") == 15.7
     assert gpu_spec("A100").peak_tflops("tf32") == 156.0
+
+
+def test_torch_device_names_resolve():
+    # What torch.cuda.get_device_name() reports on common cloud GPUs.
+    from spottrain.catalog import canonical_gpu
+
+    assert canonical_gpu("NVIDIA H100 80GB HBM3") == "H100"
+    assert canonical_gpu("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert canonical_gpu("Tesla V100-SXM2-16GB") == "V100"
