@@ -30,7 +30,7 @@ def test_no_second_replacement_when_one_is_pending():
 
 
 def test_notice_checkpoints():
-    for name in ("replace-same", "replace-cheapest", "no-replace", "uniform-progress"):
+    for name in ("replace-same", "replace-cheapest", "no-replace", "uniform-progress", "deadline-margin"):
         assert get_policy(name)(state(event="notice")).checkpoint_now
 
 
@@ -48,3 +48,11 @@ def test_uniform_progress_switches_only_when_slack_runs_out():
     tight = state(deadline_s=1000.0 + 2600.0, on_demand_fallback=od)
     d = uniform_progress(tight)
     assert d.switch_to_on_demand and len(d.request) == 4 and set(d.release) == {"n0", "n1", "n2"}
+
+
+def test_deadline_margin_switches_earlier_than_uniform_progress():
+    od = tuple(option(spot=False, price=3.06) for _ in range(4))
+    # Slack of ~10 minutes: uniform progress still waits, the margin policy already switches.
+    s = state(deadline_s=1000.0 + 2500.0 + 30.0 + 120.0 + 600.0, on_demand_fallback=od)
+    assert not uniform_progress(s).switch_to_on_demand
+    assert get_policy("deadline-margin")(s).switch_to_on_demand

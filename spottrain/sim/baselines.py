@@ -38,13 +38,13 @@ from spottrain.policies import (
     replace_cheapest,
     replace_same,
     uniform_progress,
+    deadline_margin,
+    DEADLINE_MARGIN_S,
 )
 
 ANCHOR_CHECKPOINT_FACTOR = 0.25
 """DeepVM's asynchronous checkpointing to the anchor: share of the checkpoint cost that stalls."""
 REPLAN_GAIN = 0.8
-DEADLINE_MARGIN_S = 1200.0
-"""Safety margin of ``deadline-margin``: a few policy ticks plus a restart."""
 """Re-plan only when the best option costs at most this share of the current cost per sample."""
 
 
@@ -94,13 +94,6 @@ def replan_on_price(state: JobState) -> Decision:
     return replace_cheapest(state)
 
 
-def deadline_margin(state: JobState) -> Decision:
-    """Uniform progress against a deadline brought forward by :data:`DEADLINE_MARGIN_S`."""
-    if state.deadline_s is not None:
-        state = dataclasses.replace(state, deadline_s=state.deadline_s - DEADLINE_MARGIN_S)
-    return uniform_progress(state)
-
-
 def _matching(options: tuple[NodeOption, ...], instance_type: str, spot: bool, zone: str | None) -> NodeOption | None:
     same = [o for o in options if o.instance_type == instance_type and o.spot == spot]
     in_zone = [o for o in same if o.zone == zone]
@@ -138,4 +131,3 @@ register_policy("skypilot-managed", skypilot_managed)
 register_policy("on-demand", on_demand_only)
 register_policy("deepvm-anchor", deepvm_anchor)
 register_policy("replan-on-price", replan_on_price)
-register_policy("deadline-margin", deadline_margin)
