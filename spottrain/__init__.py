@@ -40,9 +40,11 @@ _EXPORTS: dict[str, str] = {
                     "spottrain.transience"),
     # decisions
     **dict.fromkeys(["plan", "PlanResult"], "spottrain.planner"),
-    **dict.fromkeys(["simulate", "SimulationResult"], "spottrain.sim"),
+    **dict.fromkeys(["simulate", "SimulationResult", "SimParams", "timeline_run"], "spottrain.sim"),
+    "reproduce_icac19": "spottrain.sim.reproduce",
     # torch: profiler and runtime
-    **dict.fromkeys(["profile", "Profile", "load_profile", "zoo_names"], "spottrain.profiler"),
+    **dict.fromkeys(["profile", "Profile", "PROFILE_SCHEMA_VERSION", "load_profile", "zoo_names"],
+                    "spottrain.profiler"),
     "Store": "spottrain.store",
     **dict.fromkeys(["Trainer", "TrainConfig", "Checkpointer", "run_local", "LocalJob", "RunSummary"],
                     "spottrain.runtime"),
