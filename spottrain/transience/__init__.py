@@ -23,3 +23,30 @@ __all__ = [
     "Lifetimes", "Trace", "TraceEvent", "WeibullLifetime", "fit_models", "lifetime_model",
     "list_traces", "load_trace", "load_user_trace", "node_lifetimes",
 ]
+
+from spottrain.transience.availability import (  # noqa: E402
+    Availability,
+    ReplacementDelay,
+    availability,
+    replacement_delay,
+    startup_times_s,
+)
+from spottrain.transience.checkpoint import (  # noqa: E402
+    daly_interval_s,
+    expected_overhead,
+    optimal_checkpoint_interval_s,
+    transience_cost,
+    young_daly_interval_s,
+)
+from spottrain.transience.renewal import (  # noqa: E402
+    cluster_survival,
+    expected_revocations,
+    renewal_function,
+)
+
+__all__ += [
+    "Availability", "ReplacementDelay", "availability", "cluster_survival", "daly_interval_s",
+    "expected_overhead", "expected_revocations", "optimal_checkpoint_interval_s",
+    "renewal_function", "replacement_delay", "startup_times_s", "transience_cost",
+    "young_daly_interval_s",
+]
