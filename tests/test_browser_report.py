@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from browser import check_rendered, open_browser, require_chromium, screenshot
+from demo_once import quick_demo_result
 from report_synthetic import SYNTHETIC_SECTIONS, build_synthetic_report
+from spottrain.report.demo_report import SECTION_TITLES, build_demo_report
 
 
 @pytest.fixture
@@ -33,3 +35,12 @@ def test_console_errors_are_detected(driver, tmp_path):
                    '<img src="data:image/png;base64,AAAA" alt="broken"></section></body></html>')
     with pytest.raises(AssertionError):
         check_rendered(driver, bad, ["X"], min_images=1)
+
+
+def test_demo_report_renders_in_chromium(driver, tmp_path):
+    """The real (quick) demo's report: every section present, every plot decoded and sized."""
+    result = quick_demo_result()
+    path = build_demo_report(result).save(tmp_path / "demo-report.html")
+    ok = [k for k in ("predict", "transience", "run") if result["stages"][k]["status"] == "ok"]
+    check_rendered(driver, path, list(SECTION_TITLES.values()), min_images=len(ok))
+    screenshot(driver, "report-demo.png", tmp_path)

@@ -7,13 +7,13 @@ import re
 
 import pytest
 
-from spottrain.demo import DemoConfig, run_demo
+from demo_once import quick_demo_result
 from spottrain.report.demo_report import SECTION_TITLES, build_demo_report
 
 
 @pytest.fixture(scope="module")
 def demo_result():
-    return run_demo(DemoConfig(quick=True))
+    return quick_demo_result()
 
 
 def test_every_stage_reports_a_status(demo_result):
