@@ -30,17 +30,22 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # --collect: only reassemble RESULTS.md from the pages the scripts last wrote.
+    collect_only = "--collect" in argv
     scripts = sorted(p for p in HERE.glob("*.py") if p.name != "run_all.py" and not p.name.startswith("_"))
     failures = []
-    for script in scripts:
+    for script in [] if collect_only else scripts:
         print(f"== {script.name}", flush=True)
         proc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent)
         if proc.returncode != 0:
             failures.append(script.name)
     parts = [
         "# Benchmark results\n",
-        f"Rewritten by `make bench` (`python bench/run_all.py`) on {dt.date.today().isoformat()}.\n",
+        f"Rewritten by `make bench` (`python bench/run_all.py`) on {dt.date.today().isoformat()}. "
+        "Each section below names the command that produced it; `python bench/run_all.py --collect` "
+        "reassembles this page from the sections without re-running.\n",
         f"Machine: {machine()}. The machine is shared and noisy: figures are ratios against a "
         "baseline measured in the same run where possible.\n",
     ]
