@@ -40,6 +40,24 @@ def _price_spread(cloud: str, gpu: str) -> dict | None:
             "cheapest_zone": cheapest}
 
 
+def _check_gpu(gpu: str) -> None:
+    """Refuse a name that is neither a known GPU nor an instance type (near miss suggested)."""
+    try:
+        from spottrain.catalog import canonical_gpu, load_catalog
+    except ImportError:  # no catalog: any name is pooled and says so
+        return
+    try:
+        canonical_gpu(gpu)
+        return
+    except UnknownNameError as gpu_err:
+        try:
+            if load_catalog().instance(gpu):
+                return
+        except UnknownNameError:
+            pass
+        raise gpu_err from None
+
+
 def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: float,
              checkpoint_cost_s: float) -> tuple[dict, object]:
     from spottrain.transience import (
@@ -143,6 +161,7 @@ def transience(
         raise UnknownNameError("cloud", cloud, CLOUDS)
     if nodes < 1:
         raise InputError(f"expected a node count >= 1, got {nodes}", column="--nodes")
+    _check_gpu(gpu)
     duration_s = parse_duration_s(duration, option="--duration")
     ckpt_s = parse_duration_s(checkpoint_cost, option="--checkpoint-cost")
     err = Console(stderr=True)
@@ -222,7 +241,8 @@ def _params(p: dict) -> str:
         return f"1/rate={format_duration(1 / p['rate_per_s_'])}"
     if "early_shape_" in p:
         return (f"k1={p['early_shape_']:.2f} s1={format_duration(p['early_scale_s_'])} "
-                f"k2={p['late_shape_']:.1f} s2={format_duration(p['late_scale_s_'])}")
+                f"ramp {p['wearout_hazard_at_anchor_per_s_'] * 3600:.3f}/h at "
+                f"{format_duration(p['wearout_anchor_s_'])} (g={p['wearout_steepness_']:.1f})")
     if "shape_" in p:
         return f"k={p['shape_']:.2f} s={format_duration(p['scale_s_'])}"
     return ""

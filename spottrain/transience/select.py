@@ -47,7 +47,7 @@ def fit_models(durations_s, observed, *, max_lifetime_s: float | None = None,
     classes = {"exponential": ExponentialLifetime, "weibull": WeibullLifetime, "bathtub": BathtubLifetime}
     n_events = int(np.asarray(observed, bool).sum())
     for name in models:
-        if name == "bathtub" and n_events < 8:  # 4 parameters need some revocations
+        if name == "bathtub" and n_events < 5:  # 4 parameters need some revocations
             continue
         out[name] = classes[name](max_lifetime_s=max_lifetime_s).fit(durations_s, observed)
     return out
