@@ -48,7 +48,7 @@ def test_exponential_mle_with_censoring():
     assert m.mean_lifetime_s() == pytest.approx(5000.0, rel=0.06)
     # Ignoring censoring (treating every end as a revocation) must underestimate the mean.
     naive = ExponentialLifetime().fit(t)
-    assert naive.mean_lifetime_s() < 0.8 * m.mean_lifetime_s()
+    assert naive.mean_lifetime_s() < 0.85 * m.mean_lifetime_s()
 
 
 def test_weibull_recovers_shape_and_scale_under_censoring():
@@ -142,9 +142,9 @@ def test_optimal_interval_matches_young_daly_for_exponential():
     opt = optimal_checkpoint_interval_s(60.0, m)
     assert opt == pytest.approx(daly_interval_s(60.0, 36000.0), rel=0.02)
     assert opt == pytest.approx(young_daly_interval_s(60.0, 36000.0), rel=0.05)
-    # More nodes fail more often: shorter interval, ~ sqrt(M / n).
+    # Eight nodes fail eight times as often: Daly's optimum for M / 8.
     opt8 = optimal_checkpoint_interval_s(60.0, m, 8)
-    assert opt8 == pytest.approx(young_daly_interval_s(60.0, 36000.0 / 8), rel=0.05)
+    assert opt8 == pytest.approx(daly_interval_s(60.0, 36000.0 / 8), rel=0.02)
 
 
 def test_transience_cost_monte_carlo_agrees_with_theory():

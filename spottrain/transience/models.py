@@ -356,8 +356,9 @@ class BathtubLifetime(LifetimeModel):
                 return 1e300
             z1 = k1 * (logx - la1)
             b = math.exp(lb)
-            H = np.exp(z1) + b / g * (np.exp(np.minimum(g * (x - 1.0), 700.0)) - math.exp(-g))
-            h_obs = k1 * np.exp(z1[d] - lx_obs) + b * np.exp(g * (x_obs - 1.0))
+            with np.errstate(over="ignore", invalid="ignore"):
+                H = np.exp(z1) + b / g * (np.exp(np.minimum(g * (x - 1.0), 700.0)) - math.exp(-g))
+                h_obs = k1 * np.exp(z1[d] - lx_obs) + b * np.exp(g * (x_obs - 1.0))
             val = -(np.log(np.maximum(h_obs, 1e-300)).sum() - H.sum())
             return val if np.isfinite(val) else 1e300
 
@@ -386,16 +387,18 @@ class BathtubLifetime(LifetimeModel):
         self.wearout_steepness_ = g
 
     def _cumhaz(self, t: np.ndarray) -> np.ndarray:
-        A, b, g = self.wearout_anchor_s_, self.wearout_hazard_at_anchor_per_s_ * self.wearout_anchor_s_, \
-            self.wearout_steepness_
-        x = t / A
-        return (t / self.early_scale_s_) ** self.early_shape_ + b / g * (np.exp(np.minimum(g * (x - 1.0), 700.0)) - math.exp(-g))
+        A, g = self.wearout_anchor_s_, self.wearout_steepness_
+        b = self.wearout_hazard_at_anchor_per_s_ * A
+        with np.errstate(over="ignore", invalid="ignore"):
+            ramp = b / g * (np.exp(np.minimum(g * (t / A - 1.0), 700.0)) - math.exp(-g))
+            return (t / self.early_scale_s_) ** self.early_shape_ + np.minimum(ramp, 1e300)
 
     def _hazard(self, t: np.ndarray) -> np.ndarray:
         a1, k1 = self.early_scale_s_, self.early_shape_
         A, g = self.wearout_anchor_s_, self.wearout_steepness_
-        return (k1 / a1 * (t / a1) ** (k1 - 1)
-                + self.wearout_hazard_at_anchor_per_s_ * np.exp(np.minimum(g * (t / A - 1.0), 700.0)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            ramp = self.wearout_hazard_at_anchor_per_s_ * np.exp(np.minimum(g * (t / A - 1.0), 700.0))
+            return k1 / a1 * (t / a1) ** (k1 - 1) + np.minimum(ramp, 1e300)
 
 
 MODELS: dict[str, type[LifetimeModel]] = {

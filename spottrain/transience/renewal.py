@@ -45,9 +45,12 @@ def renewal_function(model, duration_s: float, *, replacement_delay_s: float = 0
     F = np.where(t < replacement_delay_s, 0.0, F)
     f = np.diff(F)  # f[j-1] = P(X in ((j-1) dt, j dt])
     M = np.zeros(grid + 1)
+    # Trapezoid rule on the convolution: M_k = F_k + sum_j f_j (M_{k-j} + M_{k-j+1}) / 2,
+    # solved for M_k (it appears on both sides through j = 1); error O(dt^2).
     for k in range(1, grid + 1):
-        # M_k = F_k + sum_{j=1..k} f_j M_{k-j}
-        M[k] = F[k] + np.dot(f[:k], M[k - 1::-1][:k])
+        back = M[k - 1::-1][:k]  # M_{k-1}, ..., M_0
+        s = 0.5 * np.dot(f[:k], back) + 0.5 * np.dot(f[1:k], back[:k - 1])
+        M[k] = (F[k] + s) / (1.0 - 0.5 * f[0])
     value = float(M[-1])
     if len(_cache) > 4096:
         _cache.clear()
