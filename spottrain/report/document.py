@@ -71,6 +71,11 @@ def _fmt_cell(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _td(value: Any) -> str:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return f'<td class="num">{_fmt_cell(value)}</td>' if numeric else f"<td>{_fmt_cell(value)}</td>"
+
+
 def table_html(rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]], columns: Sequence[str] | None = None) -> str:
     """An HTML table from dict rows (keys become headers) or sequences plus ``columns``."""
     if not rows:
@@ -83,7 +88,7 @@ def table_html(rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]], colu
             raise ValueError("columns are required for sequence rows")
         body = [list(r) for r in rows]
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    trs = "".join("<tr>" + "".join(f"<td>{_fmt_cell(v)}</td>" for v in r) + "</tr>" for r in body)
+    trs = "".join("<tr>" + "".join(_td(v) for v in r) + "</tr>" for r in body)
     return f'<table><thead><tr>{head}</tr></thead><tbody>{trs}</tbody></table>'
 
 
@@ -215,8 +220,8 @@ nav a{color:var(--accent);text-decoration:none}
 .badge{font-size:.75em;color:var(--warn);border:1px solid var(--warn);border-radius:3px;padding:0 4px}
 .unavailable{color:var(--warn);background:#fff7e8;border-left:3px solid var(--warn);padding:8px 12px}
 table{border-collapse:collapse;margin:10px 0;font-size:.92em;font-variant-numeric:tabular-nums}
-th,td{border-bottom:1px solid var(--line);padding:4px 10px;text-align:right}
-th:first-child,td:first-child{text-align:left}
+th,td{border-bottom:1px solid var(--line);padding:4px 10px;text-align:left;vertical-align:top}
+td.num{text-align:right}
 thead th{border-bottom:2px solid var(--fg)}
 figure{margin:12px 0}
 img.plot{max-width:100%;height:auto;border:1px solid var(--line)}

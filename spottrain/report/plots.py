@@ -98,7 +98,7 @@ def throughput_plot(rows: Sequence[Mapping[str, Any]], *, model: str = "") -> Pl
 def lifetime_plot(curves: Sequence[Mapping[str, Any]], *, horizon_h: float | None = None) -> Plot:
     """Survival curves: ``{"label", "t_s": [...], "survival": [...], "empirical": bool?}``.
     Empirical (Kaplan-Meier) curves are drawn as steps, fitted models as smooth lines."""
-    fig, ax = _figure(9.0, 4.8)
+    fig, ax = _figure(10.0, 4.8)
     _style(ax)
     for i, c in enumerate(curves):
         t_h = [t / 3600 for t in c["t_s"]]
@@ -113,7 +113,7 @@ def lifetime_plot(curves: Sequence[Mapping[str, Any]], *, horizon_h: float | Non
     ax.set_xlabel("node lifetime (hours)")
     ax.set_ylabel("probability still running (survival, 0-1)")
     ax.set_title("Spot / preemptible node lifetimes")
-    ax.legend(fontsize=7, loc="lower left", ncol=2 if len(curves) > 5 else 1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return Plot(png=_png(fig), alt="Survival curves: probability a node is still running against its lifetime in hours.")
 
 
