@@ -210,9 +210,10 @@ class KaplanMeier(LifetimeModel):
         self.tail_rate_ = max(d.sum(), 1) / t.sum()
 
     def _km(self, t: np.ndarray) -> np.ndarray:
+        if len(self.event_times_s_) == 0:  # no revocation observed
+            return np.ones(np.shape(t))
         idx = np.searchsorted(self.event_times_s_, t, side="right") - 1
-        s = np.where(idx >= 0, self.survival_at_events_[np.maximum(idx, 0)], 1.0)
-        return s
+        return np.where(idx >= 0, self.survival_at_events_[np.maximum(idx, 0)], 1.0)
 
     def _cumhaz(self, t: np.ndarray) -> np.ndarray:
         s = self._km(t)
@@ -240,7 +241,8 @@ class KaplanMeier(LifetimeModel):
         z = stats.norm.ppf(1 - alpha / 2)
         s = self._km(t)
         idx = np.searchsorted(self.event_times_s_, t, side="right") - 1
-        gw = np.where(idx >= 0, self.greenwood_[np.maximum(idx, 0)], 0.0)
+        gw = (np.where(idx >= 0, self.greenwood_[np.maximum(idx, 0)], 0.0)
+              if len(self.greenwood_) else np.zeros(np.shape(t)))
         with np.errstate(divide="ignore", invalid="ignore"):
             logs = np.log(s)
             se = np.sqrt(gw) / np.abs(logs)
