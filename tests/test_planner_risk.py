@@ -8,9 +8,18 @@ from spottrain.planner import risk
 
 def test_no_revocations_no_uncertainty_is_work_over_throughput():
     a = risk.assess(1e6, np.array([100.0]), np.array([100.0]), np.array([100.0]), np.array([0.0]),
-                    np.array([30.0]), np.array([0.0]), 10.0, deadline_s=1e4 + 1, confidence=0.95)
+                    np.array([30.0]), np.array([0.0]), 10.0, deadline_s=1e4 + 1, confidence=0.95, launch_s=0.0)
     assert a.time_mean_s[0] == pytest.approx(1e4)
     assert a.p_deadline[0] == pytest.approx(1.0)
+
+
+def test_launch_time_is_paid_once_and_counts_against_the_deadline():
+    args = (1e6, np.array([100.0]), np.array([100.0]), np.array([100.0]), np.array([0.0]),
+            np.array([30.0]), np.array([0.0]), 10.0)
+    a = risk.assess(*args, deadline_s=1e4 + 100, launch_s=150.0)
+    assert a.time_mean_s[0] == pytest.approx(1e4 + 150.0)
+    assert a.p_deadline[0] == pytest.approx(0.0)
+    assert risk.assess(*args, deadline_s=1e4 + 200, launch_s=150.0).p_deadline[0] == pytest.approx(1.0)
 
 
 def test_probability_and_quantile_agree():

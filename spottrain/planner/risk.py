@@ -21,6 +21,11 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   moments of ``T0``). ``T`` is then matched to a lognormal with these two moments, which gives
   ``P(T <= D)`` and every quantile in closed form -- and consistently: ``P(T <= D) >= c`` exactly
   when the c-quantile of ``T`` is ``<= D``, which the optimizer's linear deadline row relies on.
+- Launch. Every plan first pays a fixed ``LAUNCH_S``: VM start-up (CM-DARE measured
+  provisioning + staging + booting of GCE GPU VMs, mean 87 s) plus job set-up (environment, data,
+  first restore). It is billed like the rest, so it keeps the planner from buying hundreds of
+  GPUs for a two-minute job. ``T = LAUNCH_S + T'``: means and quantiles shift by it, and
+  ``P(T <= D) = P(T' <= D - LAUNCH_S)``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ Z95 = Z90
 CHECKPOINT_WRITE_GBS = 0.5
 """Checkpoint write bandwidth to durable storage (GB/s): a cloud persistent disk or object store."""
 CHECKPOINT_FIXED_S = 2.0
+LAUNCH_S = 87.0 + 60.0
+"""Fixed start of every plan (s): VM start-up (CM-DARE, GCE GPU VMs, mean 87 s) + one minute of set-up."""
 ANCHOR_SNAPSHOT_GBS = 5.0
 """DeepVM-style asynchronous multi-level checkpointing to an on-demand anchor: the training stall
 is only the snapshot to host memory / the anchor, persisted in the background."""
@@ -83,6 +90,7 @@ def assess(
     *,
     deadline_s: float | None = None,
     confidence: float = 0.95,
+    launch_s: float = LAUNCH_S,
 ) -> Assessment:
     """Assess clusters: see the module docstring for the model."""
     thr = np.asarray(thr, dtype=float)
@@ -110,14 +118,19 @@ def assess(
         log_sigma = np.sqrt(np.log1p(var / mean**2))
         log_mu = np.log(mean) - log_sigma**2 / 2.0
     zq = float(ndtri(confidence))
-    time_q = np.exp(log_mu + zq * log_sigma)
-    time_p95 = np.exp(log_mu + Z95 * log_sigma)
+    mean = mean + launch_s
+    time_q = np.exp(log_mu + zq * log_sigma) + launch_s
+    time_p95 = np.exp(log_mu + Z95 * log_sigma) + launch_s
     p = None
     if deadline_s is not None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(log_sigma > 0, (math.log(deadline_s) - log_mu) / np.where(log_sigma > 0, log_sigma, 1.0),
-                         np.where(log_mu <= math.log(deadline_s), np.inf, -np.inf))
-        p = np.where(finishes, ndtr(z), 0.0)
+        run_s = deadline_s - launch_s
+        if run_s <= 0:
+            p = np.zeros(thr.shape)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.where(log_sigma > 0, (math.log(run_s) - log_mu) / np.where(log_sigma > 0, log_sigma, 1.0),
+                             np.where(log_mu <= math.log(run_s), np.inf, -np.inf))
+            p = np.where(finishes, ndtr(z), 0.0)
     inf = np.full(thr.shape, np.inf)
     return Assessment(
         interval_s=tau,
@@ -125,7 +138,7 @@ def assess(
         time_p95_s=np.where(finishes, time_p95, inf),
         time_q_s=np.where(finishes, time_q, inf),
         p_deadline=p,
-        revocations=np.where(finishes, rate * mean, inf),
+        revocations=np.where(finishes, rate * (mean - launch_s), inf),
         finishes=finishes,
         log_mu=log_mu,
         log_sigma=log_sigma,
