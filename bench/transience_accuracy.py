@@ -112,18 +112,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{m} {np.mean(v):.3f}" for m, v in cal_err.items())]
     lines += ["", "## Revocations per training job (transient-dl vm_data.csv; fit on the GPU's "
               "lifetime trace; no replacement)", "",
-              "| trace | run | nodes | hours | seen | " + " | ".join(MODELS) + " |", "|---" * (len(MODELS) + 5) + "|"]
+              "| trace | jobs | seen | " + " | ".join(f"{m} predicted (MAE/job)" for m in MODELS) + " |",
+              "|---" * (len(MODELS) + 3) + "|"]
     abs_err = defaultdict(list)
+    by_trace = defaultdict(list)
     for j in jobs:
+        by_trace[j["trace"]].append(j)
+        for m, v in j["pred"].items():
+            abs_err[m].append(abs(v - j["seen"]))
+    for name, js in by_trace.items():
         cells = []
         for m in MODELS:
-            if m in j["pred"]:
-                cells.append(f"{j['pred'][m]:.2f}")
-                abs_err[m].append(abs(j["pred"][m] - j["seen"]))
-            else:
-                cells.append("-")
-        lines.append(f"| {j['trace']} | {j['run']} | {j['nodes']} | {j['hours']:.1f} | {j['seen']} | "
-                     + " | ".join(cells) + " |")
+            pred = [j["pred"][m] for j in js if m in j["pred"]]
+            cells.append(f"{sum(pred):.1f} ({np.mean([abs(j['pred'][m] - j['seen']) for j in js]):.2f})"
+                         if pred else "-")
+        lines.append(f"| {name} | {len(js)} | {sum(j['seen'] for j in js)} | " + " | ".join(cells) + " |")
     base = np.mean(abs_err["exponential"])
     lines += ["", "mean absolute error per job: " + ", ".join(
         f"{m} {np.mean(v):.2f} ({np.mean(v) / base:.2f}x exp)" for m, v in abs_err.items())
