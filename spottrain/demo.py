@@ -45,12 +45,17 @@ class DemoConfig:
     profile_iterations: int = 10
     epochs: float = 160.0
     """Epochs of CIFAR-10 the planned job trains (64k steps x 128 / 50k, as in the paper)."""
-    deadline_s: float = 2 * 3600.0
+    deadline_s: float = 30 * 60.0
+    """Deadline of the planned cloud job: tight enough that the cheapest plan is a multi-node cluster."""
     confidence: float = 0.95
+    max_nodes: int = 16
+    """Largest cluster the planner considers (keeps the search to about a second)."""
     sim_runs: int = 300
     workers: int = 4
-    steps: int = 150
-    """Steps of the local elastic training run."""
+    steps: int = 400
+    """Steps of the local elastic training run (about 0.05 s each with 4 workers on 2 cores)."""
+    example: str = "cifar-resnet"
+    """Built-in job of the local run (``spottrain run --example``)."""
     max_injected_revocations: int = 3
     """Cap on revocations replayed into the local run, so that it stays short."""
     seed: int = 0
@@ -63,7 +68,7 @@ class DemoConfig:
         from dataclasses import replace
 
         return replace(self, profile_iterations=min(self.profile_iterations, 3), sim_runs=min(self.sim_runs, 60),
-                       steps=min(self.steps, 60), profile_batch_size=min(self.profile_batch_size, 16))
+                       steps=min(self.steps, 100), profile_batch_size=min(self.profile_batch_size, 16))
 
 
 @dataclass(kw_only=True)
@@ -81,7 +86,8 @@ ProgressFn = Callable[[str, str, StageResult | None], None]
 its result when it ends."""
 
 
-def run_demo(config: DemoConfig | None = None, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+def run_demo(config: DemoConfig | None = None, *, progress: ProgressFn | None = None,
+             detail: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every stage; return ``{"config": ..., "stages": {key: result-dict}, "wall_s": ...}``.
 
     >>> result = run_demo(DemoConfig(quick=True))       # doctest: +SKIP
@@ -90,6 +96,8 @@ def run_demo(config: DemoConfig | None = None, *, progress: ProgressFn | None = 
     """
     config = (config or DemoConfig()).effective()
     ctx = StageContext(config=config)
+    if detail is not None:
+        ctx.objects["detail"] = detail  # finer progress inside long stages ("step 40/150")
     t0 = time.perf_counter()
     results: dict[str, StageResult] = {}
     for key, title, fn in STAGES:

@@ -7,8 +7,8 @@ the stages that need them (profile, run).
 
 from __future__ import annotations
 
-import inspect
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,17 +50,6 @@ def _need(module: str, *names: str) -> list[Any]:
         except (AttributeError, ImportError):
             raise StageUnavailable(f"{module}.{name} is not available") from None
     return out
-
-
-def call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call ``fn`` with the keyword arguments its signature accepts (parts grow options)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return fn(*args, **kwargs)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **kwargs)
-    return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
 def _num(x: Any) -> float | None:
@@ -177,35 +166,10 @@ def stage_transience(ctx: StageContext) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 4. plan
 
 
-def _get(obj: Any, *names: str, default: Any = None) -> Any:
-    """First attribute / key of ``names`` that ``obj`` has (plain data or dataclass)."""
-    for name in names:
-        if isinstance(obj, dict) and name in obj:
-            return obj[name]
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    return default
-
-
-def plan_point(plan: Any, label: str | None = None) -> dict[str, Any] | None:
-    """``{"label", "duration_s", "cost_usd", ...}`` of a plan (or plan-like result)."""
-    pred = _get(plan, "prediction", default=plan)
-    dur = _num(_get(pred, "duration_s", "makespan_s", "time_s"))
-    cost = _num(_get(pred, "cost_usd", "expected_cost_usd"))
-    if dur is None or cost is None:
-        return None
-    cluster = _get(plan, "cluster", default=None)
-    return {"label": label or _plan_label(plan) or str(cluster), "duration_s": dur, "cost_usd": cost,
-            "duration_p95_s": _num(_get(pred, "duration_p95_s")), "cost_p95_usd": _num(_get(pred, "cost_p95_usd")),
-            "p_meet_deadline": _num(_get(pred, "p_meet_deadline"))}
-
-
-def _plan_label(plan: Any) -> str | None:
-    groups = _get(plan, "groups")
-    if not groups:
-        return None
-    return " + ".join(f"{g.count}x {g.instance_type} ({'spot' if g.spot else 'on-demand'}, {g.zone or g.region})"
-                      for g in groups)
+def _point_row(name: str, p: dict[str, Any]) -> dict[str, Any]:
+    return {"baseline": name, "cluster": p.get("label"), "expected time (h)": p["duration_s"] / HOUR_S,
+            "expected cost (USD)": p["cost_usd"], "P(meet deadline)": p.get("p_meet_deadline"),
+            "meets deadline": p.get("meets_deadline")}
 
 
 def stage_plan(ctx: StageContext) -> dict[str, Any]:
@@ -218,56 +182,258 @@ def stage_plan(ctx: StageContext) -> dict[str, Any]:
 
     dataset = zoo_info(cfg.model)["dataset"]["train_samples"]
     samples = cfg.epochs * dataset
-    result = call_with_supported(plan_fn, workload, samples_total=samples, epochs=cfg.epochs, dataset_size=dataset,
-                                 deadline_s=cfg.deadline_s, confidence=cfg.confidence)
-    best = _get(result, "best", "plan")
-    ctx.objects["plan"] = best
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # overflow of a hazard far in a model's tail
+        result = plan_fn(workload, samples=samples, deadline_s=cfg.deadline_s, confidence=cfg.confidence,
+                         max_nodes=cfg.max_nodes)
+    ctx.objects["plan"] = result.best
     ctx.objects["plan_result"] = result
-    chosen = plan_point(best)
-    runners = [p for p in (plan_point(r) for r in (_get(result, "runners_up", default=()) or ())) if p]
-    pareto = [p for p in (plan_point(r) for r in (_get(result, "pareto", default=()) or ())) if p]
-    candidates = [p for p in (plan_point(r) for r in (_get(result, "candidates", "evaluated", default=()) or ())) if p]
+    d = result.to_dict()
     baselines = []
-    raw = _get(result, "baselines", default={}) or {}
-    items = raw.items() if isinstance(raw, dict) else [(_get(b, "name", "policy", default="baseline"), b) for b in raw]
-    for name, b in items:
-        inner = _get(b, "plan", default=b)
-        pt = plan_point(inner, label=str(name)) if inner is not None else None
-        row = {"baseline": str(name), "cluster": _plan_label(inner) if inner is not None else None,
-               "note": _get(b, "reason", "note", "error", default="")}
-        if pt:
-            row.update(duration_h=pt["duration_s"] / HOUR_S, cost_usd=pt["cost_usd"], p_meet_deadline=pt["p_meet_deadline"])
-            baselines.append({**row, "_point": pt})
+    for b in d["baselines"]:
+        if b.get("label") is None:
+            baselines.append({"baseline": b["name"], "cluster": None, "note": b.get("reason", "")})
         else:
-            baselines.append(row)
+            baselines.append({**_point_row(b["name"], b), "note": "", "_point": b["_point"]})
+    best = result.best
     return {
-        "samples_total": samples, "deadline_s": cfg.deadline_s, "confidence": cfg.confidence,
-        "plan": best.to_dict() if hasattr(best, "to_dict") else None,
-        "chosen": chosen, "label": _plan_label(best), "explanation": _get(best, "explanation", default=""),
-        "runners_up": runners, "pareto": pareto, "candidates": candidates, "baselines": baselines,
+        "samples_total": samples, "epochs": cfg.epochs, "dataset_samples": dataset, "deadline_s": cfg.deadline_s,
+        "confidence": cfg.confidence, "plan": best.to_dict(), "chosen": d["chosen"], "label": d["label"],
+        "nodes": best.nodes, "explanation": d["explanation"], "runners_up": d["runners_up"], "pareto": d["pareto"],
+        "baselines": baselines, "stats": _jsonable(d.get("stats", {})),
     }
 
 
 # --------------------------------------------------------------------------- 5. simulate
 
 
+SCHEDULE_POLICY = "replace-same"
+"""Policy of the simulated run replayed locally (and of the local run): the runtime replaces a
+revoked worker, so the membership timeline shows both departures and joins."""
+
+
 def stage_simulate(ctx: StageContext) -> dict[str, Any]:
-    (simulate,) = _need("spottrain.sim", "simulate")
+    simulate, timeline_run = _need("spottrain.sim", "simulate", "timeline_run")
     plan = ctx.objects.get("plan")
     if plan is None:
         raise StageUnavailable("no plan to simulate (the plan stage did not run)")
     cfg = ctx.config
-    result = call_with_supported(simulate, plan, runs=cfg.sim_runs, seed=cfg.seed)
-    ctx.objects["sim_result"] = result
-    return {"raw": _jsonable(result)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = simulate(plan, runs=cfg.sim_runs, seed=cfg.seed, workers=1)
+        per_policy, table = {}, []
+        for s in res.summaries:
+            runs = res.results[s.policy]
+            per_policy[s.policy] = {"cost_usd": [r.cost_usd for r in runs],
+                                    "duration_s": [r.makespan_s for r in runs if r.finished]}
+            table.append({"policy": s.policy, "makespan mean (h)": _num(s.makespan_h.mean),
+                          "makespan p95 (h)": _num(s.makespan_h.p95), "cost mean (USD)": _num(s.cost_usd.mean),
+                          "cost p95 (USD)": _num(s.cost_usd.p95), "deadline met": _num(s.deadline_met_rate),
+                          "finished": _num(s.finished_rate), "revocations (mean)": _num(s.revocations.mean),
+                          "lost work mean (h)": _num(s.lost_work_h.mean),
+                          "replacements (mean)": _num(s.replacements.mean)})
+        # The run replayed locally: among the first simulated runs, the first with the most
+        # revocations while training (up to the cap), so that the local run exercises recovery;
+        # the table above says how typical that is.
+        policy = SCHEDULE_POLICY if SCHEDULE_POLICY in res.results else plan.policy
+        runs = res.results[policy]
+        cap = max(1, cfg.max_injected_revocations)
+        best_i, best_n, one = 0, -1, None
+        for i in range(min(len(runs), 100)):
+            if runs[i].revocations == 0:
+                continue
+            cand = timeline_run(plan, trace=None, model=True, policy=policy, seed=cfg.seed, run=i)
+            n = min(len(_training_revocations(cand)), cap)
+            if n > best_n:
+                best_i, best_n, one = i, n, cand
+            if n >= cap:
+                break
+        if one is None:
+            one = timeline_run(plan, trace=None, model=True, policy=policy, seed=cfg.seed, run=0)
+        index = best_i
+    ctx.objects["sim_result"] = res
+    ctx.objects["sim_run"] = one
+    revs = [r.revocations for r in runs]
+    headline = (f"{len(per_policy)} policies x {res.runs} runs; {policy}: mean "
+                f"{sum(revs) / len(revs):.1f} revocations per run")
+    return {
+        "per_policy": per_policy, "table": table, "source": res.source, "notes": list(res.notes),
+        "note": "; ".join(res.notes) + f". {res.runs} runs per policy (seed {res.seed}); every policy sees the "
+                "same runs. Makespan and cost per run; the dashed line is the deadline.", "headline": headline,
+        "replayed": {"policy": policy, "run": index, "revocations": one.revocations, "makespan_s": one.makespan_s,
+                     "started_s": one.started_s, "lost_work_s": one.lost_work_s, "stall_s": one.stall_s,
+                     "replacements": one.replacements, "checkpoints": one.checkpoints,
+                     "timeline": _jsonable(one.timeline)},
+    }
+
+
+def _training_revocations(run: Any) -> list[tuple[float, str]]:
+    """Revocations of a recorded simulated run that hit the job while it trained."""
+    tl = run.timeline or {}
+    return [(float(t), str(n)) for t, n in tl.get("revocations", []) if run.started_s < float(t) < run.makespan_s]
 
 
 # --------------------------------------------------------------------------- 6. run
 
 
+def _progress_fraction(progress: list[list[float]], total: float, t: float) -> float:
+    """Share of the job done at simulated time ``t`` (linear between recorded points)."""
+    prev_t, prev_p = 0.0, 0.0
+    for pt, pp in progress:
+        if pt >= t:
+            if pt == prev_t:
+                return min(1.0, pp / total)
+            return min(1.0, (prev_p + (pp - prev_p) * (t - prev_t) / (pt - prev_t)) / total)
+        prev_t, prev_p = pt, pp
+    return min(1.0, prev_p / total)
+
+
+def revocation_schedule(replayed: dict[str, Any], *, workers: int, steps: int, cap: int) -> list[dict[str, Any]]:
+    """Map one simulated run's revocations onto local injections.
+
+    A revocation at simulated time *t* becomes an injection once the local run has done the
+    same share of its steps as the simulated job had at *t* (so the schedule scales to the
+    local run's length whatever this machine's speed). Only revocations while the simulated
+    job trained count (one before training began cost boot time, not progress). A node that got
+    a preemption notice is sent SIGTERM at the notice's share, otherwise SIGKILL. The k-th
+    revoked node maps to worker slot ``(k + 1) mod workers`` (the chief, slot 0, last), so no
+    injection targets a slot whose replacement may not have started yet.
+    """
+    tl = replayed["timeline"]
+    total = float(tl.get("samples_total") or 0) or 1.0
+    progress = tl.get("progress") or []
+    noticed = {str(n): float(t) for t, n in (tl.get("notices") or [])}
+    out: list[dict[str, Any]] = []
+    used: set[tuple[int, int]] = set()
+    started, end = float(replayed["started_s"]), float(replayed["makespan_s"])
+    during = [(float(t), str(n)) for t, n in (tl.get("revocations") or []) if started < float(t) < end]
+    for t, node in during[:cap]:
+        kind, at = ("sigterm", noticed[node]) if node in noticed else ("kill", float(t))
+        step = int(round(_progress_fraction(progress, total, at) * steps))
+        step = min(max(step, 3), max(3, steps - 5))
+        slot = (len(out) + 1) % workers
+        while (step, slot) in used:
+            slot = (slot + 1) % workers
+        used.add((step, slot))
+        out.append({"worker": slot, "kind": kind, "at_step": step, "sim_time_s": at, "sim_node": node})
+    return sorted(out, key=lambda e: e["at_step"])
+
+
 def stage_run(ctx: StageContext) -> dict[str, Any]:
-    _need("spottrain.runtime", "run_local")
-    raise StageUnavailable("spottrain.runtime.run_local is not available")
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    (LocalJob, run_local) = _need("spottrain.runtime.local", "LocalJob", "run_local")
+    (Injection,) = _need("spottrain.runtime.faults", "Injection")
+    (read_worker_events,) = _need("spottrain.runtime.summary", "read_worker_events")
+    from spottrain.runtime.examples import get_example
+
+    cfg = ctx.config
+    sim = ctx.results.get("simulate")
+    if sim is None or sim.status != "ok":
+        raise StageUnavailable("no simulated revocation schedule to replay (the simulate stage did not run)")
+    replayed = sim.data["replayed"]
+    steps = int(cfg.steps)
+    schedule = revocation_schedule(replayed, workers=cfg.workers, steps=steps, cap=cfg.max_injected_revocations)
+    plan = ctx.objects.get("plan")
+    train_s = max(1.0, replayed["makespan_s"] - replayed["started_s"])
+    interval_s = float(getattr(plan, "checkpoint_interval_s", None) or 0.0)
+    ckpt_every = max(5, int(round(steps * interval_s / train_s))) if interval_s > 0 else max(5, steps // 6)
+    ex = get_example(cfg.example)
+    run_dir = Path(tempfile.mkdtemp(prefix="spottrain-demo-run-"))
+    job_id = f"demo-{cfg.seed}"
+    env = {"SPOTTRAIN_JOB_ID": job_id, "SPOTTRAIN_SEED": str(cfg.seed), "SPOTTRAIN_STEPS": str(steps),
+           "SPOTTRAIN_CHECKPOINT_DIR": str(run_dir / "checkpoints"), "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": str(ckpt_every),
+           "SPOTTRAIN_KEEP_CHECKPOINTS": "2"}
+    job = LocalJob(command=[sys.executable, "-m", "spottrain.runtime.examples", ex.name], workers=cfg.workers,
+                   run_dir=run_dir, job_id=job_id, env=env, policy=replayed["policy"], replacement_delay_s=2.0,
+                   injections=[Injection(time_s=None, worker=e["worker"], kind=e["kind"], at_step=e["at_step"])
+                               for e in schedule],
+                   steps=steps, checkpoint_dir=run_dir / "checkpoints", timeout_s=600.0)
+    events: list[tuple[str, dict[str, Any]]] = []
+    detail = ctx.objects.get("detail")
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        events.append((kind, dict(data)))
+        if detail and kind == "progress":
+            detail(f"step {data['step']}/{steps}")
+
+    try:
+        summary = run_local(job, on_event=on_event)
+        wev = read_worker_events(run_dir)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    ctl = [d for k, d in events if k != "progress" and "t" in d]
+    offset = (ctl[0]["t"] - ctl[0]["time_s"]) if ctl else 0.0
+    progress, last = [[0.0, 0]], 0
+    for e in wev:
+        if e["kind"] == "step" and int(e["step"]) != last:
+            last = int(e["step"])
+            progress.append([round(e["t"] - offset, 3), last])
+    checkpoints_s = sorted({round(e["t"] - offset, 3) for e in wev if e["kind"] == "ckpt"})
+    injected = [d for d in ctl if d["kind"] == "inject"]
+    for e in schedule:
+        hit = next((d for d in injected if d["slot"] == e["worker"] and d["fault"] == e["kind"]), None)
+        if hit is not None:
+            injected.remove(hit)
+        e["at_s"] = hit["time_s"] if hit else None
+    timeline = {
+        "membership": [[m["time_s"], m["world"]] for m in summary.membership],
+        "progress": progress,
+        "checkpoints_s": checkpoints_s,
+        "revocations_s": [r["time_s"] for r in summary.recoveries],
+        "joins_s": [d["time_s"] for d in ctl if d["kind"] == "joined"],
+    }
+    # Predictions for the local run, from the simulated run it replays: its revocations and
+    # replacements as counted by the simulator, its lost work (rolled back to the last
+    # checkpoint, the simulator's job model) as a share of the steps, and its restart stall
+    # converted to local time at the local run's own step pace.
+    pace = (summary.median_step_s or 0.0) * steps / train_s
+    restart_s = _restart_s(ctx)
+    per_rev_stall = restart_s * pace if restart_s is not None else None
+    compare = [
+        {"quantity": "completed steps", "predicted": steps, "actual": summary.completed_steps},
+        {"quantity": "revocations", "predicted": len(schedule), "actual": summary.revocations},
+        {"quantity": "injections skipped (no live worker in the slot)", "predicted": 0,
+         "actual": sum(1 for d in ctl if d["kind"] == "inject_skipped")},
+        {"quantity": "of which with notice (SIGTERM)", "predicted": sum(e["kind"] == "sigterm" for e in schedule),
+         "actual": summary.notices},
+        {"quantity": "replacements joined", "predicted": min(replayed["replacements"], len(schedule)),
+         "actual": summary.replacements},
+        {"quantity": "lost steps", "predicted": round(replayed["lost_work_s"] / train_s * steps, 1),
+         "actual": summary.lost_steps},
+        {"quantity": "max stall (s)", "predicted": per_rev_stall, "actual": summary.max_stall_s},
+        {"quantity": "checkpoints", "predicted": steps // ckpt_every, "actual": len(summary.checkpoints)},
+    ]
+    note = (f"{cfg.workers} worker processes on this machine train the built-in '{ex.name}' example for {steps} "
+            f"steps with the '{replayed['policy']}' policy, checkpointing every {ckpt_every} steps (the plan's "
+            f"{interval_s:.0f} s interval as a share of the simulated training time). The injected revocations come "
+            f"from simulated run #{replayed['run']} ({replayed['revocations']} revocations in "
+            f"{replayed['makespan_s'] / HOUR_S:.2f} h), placed at the same share of progress.")
+    compare_note = ("Predicted: what the simulated run implies for this local run (lost work is the simulator's "
+                    "roll-back to the last checkpoint; stall is its restart time at the local step pace). "
+                    "Actual: what the local elastic runtime measured; survivors keep their in-memory state, so "
+                    "fewer steps are lost than a checkpoint restart would lose.")
+    headline = (f"{summary.completed_steps}/{steps} steps, {summary.revocations} revocations, "
+                f"{summary.lost_steps} lost steps, max stall {summary.max_stall_s:.2f} s")
+    if not summary.ok:
+        raise RuntimeError(f"local run did not complete: {summary.failure} ({headline})")
+    return {"example": ex.name, "steps": steps, "workers": cfg.workers, "schedule": schedule, "timeline": timeline,
+            "summary": _jsonable(summary.to_dict()), "compare": compare, "note": note, "compare_note": compare_note,
+            "headline": headline, "checkpoint_every_steps": ckpt_every}
+
+
+def _restart_s(ctx: StageContext) -> float | None:
+    import re
+
+    sim = ctx.results.get("simulate")
+    for note in (sim.data.get("notes", []) if sim else []):
+        m = re.search(r"restart (\d+(?:\.\d+)?) s", note)
+        if m:
+            return float(m.group(1))
+    return None
 
 
 def _jsonable(obj: Any) -> Any:

@@ -48,6 +48,7 @@ def pareto_plot(
     baselines: Sequence[Mapping[str, Any]] = (),
     chosen: Mapping[str, Any] | None = None,
     deadline_s: float | None = None,
+    candidates_label: str = "candidate clusters",
 ) -> Plot:
     """Cost vs time. Each point is ``{"label", "duration_s", "cost_usd"}``; ``candidates``
     are drawn faint, ``pareto`` as a step line, ``baselines`` as labelled markers, and the
@@ -56,7 +57,7 @@ def pareto_plot(
     _style(ax)
     if candidates:
         ax.scatter([p["duration_s"] / 3600 for p in candidates], [p["cost_usd"] for p in candidates],
-                   s=10, color="#9ca3af", alpha=0.5, label=f"candidate clusters ({len(candidates)})")
+                   s=10, color="#9ca3af", alpha=0.5, label=f"{candidates_label} ({len(candidates)})")
     if pareto:
         pts = sorted(pareto, key=lambda p: p["duration_s"])
         ax.plot([p["duration_s"] / 3600 for p in pts], [p["cost_usd"] for p in pts], "-o",
@@ -70,6 +71,14 @@ def pareto_plot(
                    edgecolors="black", zorder=4, label=f"chosen: {chosen['label']}")
     if deadline_s:
         ax.axvline(deadline_s / 3600, color="#b91c1c", linestyle="--", linewidth=1, label="deadline")
+    every = [*candidates, *pareto, *baselines, *([chosen] if chosen else [])]
+    xs = [p["duration_s"] for p in every if p["duration_s"] > 0]
+    ys = [p["cost_usd"] for p in every if p["cost_usd"] > 0]
+    # Pareto fronts span from seconds on 64 nodes to hours on one: logarithmic axes keep both ends readable.
+    if xs and max(xs) / min(xs) > 30:
+        ax.set_xscale("log")
+    if ys and max(ys) / min(ys) > 30:
+        ax.set_yscale("log")
     ax.set_xlabel("expected training time (hours)")
     ax.set_ylabel("expected cost (USD)")
     ax.set_title("Cost vs time of candidate clusters")
