@@ -66,8 +66,10 @@ def _num(x: Any) -> float | None:
 def stage_profile(ctx: StageContext) -> dict[str, Any]:
     cfg = ctx.config
     (profile_zoo,) = _need("spottrain.profiler", "profile_zoo")
+    detail = ctx.objects.get("detail")
     prof = profile_zoo(cfg.model, batch_size=cfg.profile_batch_size, iterations=cfg.profile_iterations,
-                       warmup=2, device="cpu", max_time_s=60.0)
+                       warmup=2, device="cpu", max_time_s=60.0,
+                       progress=(lambda phase, done, total: detail(f"{phase} {done}/{total}")) if detail else None)
     ctx.objects["profile"] = prof
     d = prof.to_dict()
     return {

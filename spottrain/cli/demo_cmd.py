@@ -16,8 +16,8 @@ def register(app: typer.Typer) -> None:
     def demo(
         report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here (FILE.html)."),
         workers: int = typer.Option(4, "--workers", min=2, max=16, help="Workers of the local elastic run."),
-        steps: Optional[int] = typer.Option(None, "--steps", min=10, help="Training steps of the local run (default 150; 60 with --quick)."),
-        deadline: str = typer.Option("2h", "--deadline", help="Deadline of the planned cloud job (e.g. 2h, 90m)."),
+        steps: Optional[int] = typer.Option(None, "--steps", min=10, help="Training steps of the local run (default 400; 100 with --quick)."),
+        deadline: str = typer.Option("30m", "--deadline", help="Deadline of the planned cloud job (e.g. 30m, 2h)."),
         quick: bool = typer.Option(False, "--quick", help="Smaller profile, fewer simulated runs, a shorter local run."),
         seed: int = typer.Option(0, "--seed", help="Random seed of the simulation and the revocation schedule."),
         as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
@@ -50,21 +50,25 @@ def register(app: typer.Typer) -> None:
         config = DemoConfig(**kwargs)
 
         total = 6
-        counter = {"n": 0}
+        counter = {"n": 0, "title": ""}
         status = err.status("starting", spinner="dots")
         status.start()
 
         def progress(key, title, res):
             if res is None:
                 counter["n"] += 1
+                counter["title"] = title
                 status.update(f"[{counter['n']}/{total}] {title} ...")
                 return
             mark = {"ok": "[green]done[/]", "not available": "[yellow]not available[/]"}.get(res.status, "[red]failed[/]")
             note = f" ({res.reason})" if res.reason else ""
             err.print(f"[{counter['n']}/{total}] {title}: {mark} in {res.seconds:.1f} s{note}", highlight=False)
 
+        def detail(msg):
+            status.update(f"[{counter['n']}/{total}] {counter['title']} ... {msg}")
+
         try:
-            result = run_demo(config, progress=progress)
+            result = run_demo(config, progress=progress, detail=detail)
         finally:
             status.stop()
 
