@@ -54,3 +54,30 @@ def test_report_has_every_section(demo_result, tmp_path):
         m = re.search(rf'<section class="section" id="[^"]+" data-status="([^"]+)"><h2>{re.escape(title)}</h2>', text)
         assert m, title
         assert (m.group(1) == "ok") == (st["status"] == "ok"), (key, st["status"], st["reason"])
+
+
+def test_local_run_replays_the_simulated_schedule(demo_result):
+    run = demo_result["stages"]["run"]
+    assert run["status"] == "ok", run["reason"]
+    data = run["data"]
+    compare = {row["quantity"]: row for row in data["compare"]}
+    assert compare["completed steps"]["actual"] == data["steps"]
+    skipped = compare["injections skipped (no live worker in the slot)"]["actual"]
+    assert compare["revocations"]["actual"] == len(data["schedule"]) - skipped
+    # The schedule comes from a real simulated run of the plan.
+    replayed = demo_result["stages"]["simulate"]["data"]["replayed"]
+    assert len(data["schedule"]) <= replayed["revocations"]
+    assert {e["sim_node"] for e in data["schedule"]} <= {str(n) for _, n in replayed["timeline"]["revocations"]}
+    tl = data["timeline"]
+    assert tl["membership"][0][1] == data["workers"]
+    assert min(w for _, w in tl["membership"]) < data["workers"] or not data["schedule"]
+
+
+def test_plan_meets_the_deadline_beside_its_baselines(demo_result):
+    plan = demo_result["stages"]["plan"]["data"]
+    assert plan["chosen"]["p_meet_deadline"] >= plan["confidence"]
+    assert plan["baselines"], "the planner's baselines are shown"
+    sim = demo_result["stages"]["simulate"]["data"]
+    assert set(sim["per_policy"]) >= {"replace-same", "on-demand"}
+    for dist in sim["per_policy"].values():
+        assert dist["cost_usd"] and all(c >= 0 for c in dist["cost_usd"])
