@@ -42,6 +42,10 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["plan", "PlanResult"], "spottrain.planner"),
     **dict.fromkeys(["simulate", "SimulationResult", "SimParams", "timeline_run"], "spottrain.sim"),
     "reproduce_icac19": "spottrain.sim.reproduce",
+    # end to end
+    **dict.fromkeys(["run_demo", "DemoConfig"], "spottrain.demo"),
+    "Report": "spottrain.report",
+    "build_demo_report": "spottrain.report.demo_report",
     # torch: profiler and runtime
     **dict.fromkeys(["profile", "Profile", "PROFILE_SCHEMA_VERSION", "load_profile", "zoo_names"],
                     "spottrain.profiler"),
