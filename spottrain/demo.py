@@ -7,13 +7,15 @@ Stages, each calling the real library of its part:
 3. **transience**: fit lifetime models on the shipped revocation traces;
 4. **plan** the cheapest cluster that finishes the paper's ResNet-32 training by a deadline at
    95% confidence, beside the planner's baselines;
-5. **simulate** the plan over the real traces under each recovery policy;
+5. **simulate** the plan under each recovery policy (node lifetimes from the laws fitted on
+   the real traces);
 6. **run** a small model on a local 4-worker elastic cluster, injecting the revocations of one
-   simulated run (its times scaled to the local run's length), and compare what happened with
-   what was predicted.
+   simulated run (placed at the same share of progress, see
+   :func:`spottrain.demo_stages.revocation_schedule`), and compare what happened with what
+   was predicted.
 
-A stage whose part is missing, or that fails, is recorded as ``not available`` with the
-reason; nothing is made up in its place. :func:`run_demo` returns plain data (JSON-ready), from
+A stage whose input is missing is recorded as ``not available`` and one that fails as
+``failed``, each with the reason; nothing is made up in its place. :func:`run_demo` returns plain data (JSON-ready), from
 which :func:`spottrain.report.demo_report.build_demo_report` renders the HTML report.
 """
 

@@ -461,6 +461,6 @@ STAGES = (
     ("predict", "Predict throughput on the catalog's GPUs", stage_predict),
     ("transience", "Fit lifetime models on the shipped traces", stage_transience),
     ("plan", "Plan the cheapest cluster that meets the deadline", stage_plan),
-    ("simulate", "Simulate the plan over real traces per policy", stage_simulate),
+    ("simulate", "Simulate the plan per policy (lifetimes fitted on real traces)", stage_simulate),
     ("run", "Train on a local elastic cluster with injected revocations", stage_run),
 )
