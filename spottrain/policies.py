@@ -180,16 +180,20 @@ def uniform_progress(state: JobState) -> Decision:
 
 DEADLINE_MARGIN_S = 1200.0
 """Safety margin of :func:`deadline_margin`: a few policy ticks (5 min each) plus a restart."""
+DEADLINE_MARGIN_SHARE = 0.1
+"""...but never more than this share of the deadline, so short jobs are not pushed on-demand at once."""
 
 
 def deadline_margin(state: JobState) -> Decision:
-    """Uniform progress against a deadline brought forward by :data:`DEADLINE_MARGIN_S`.
+    """Uniform progress against a deadline brought forward by a margin: :data:`DEADLINE_MARGIN_S`,
+    at most :data:`DEADLINE_MARGIN_SHARE` of the deadline.
 
     Policies are consulted at events and periodic ticks, so plain uniform progress switches to
     on-demand up to one tick late and misses the deadline by minutes; the margin absorbs that.
     """
     if state.deadline_s is not None:
-        state = replace(state, deadline_s=state.deadline_s - DEADLINE_MARGIN_S)
+        margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
+        state = replace(state, deadline_s=state.deadline_s - margin)
     return uniform_progress(state)
 
 

@@ -52,7 +52,7 @@ def test_uniform_progress_switches_only_when_slack_runs_out():
 
 def test_deadline_margin_switches_earlier_than_uniform_progress():
     od = tuple(option(spot=False, price=3.06) for _ in range(4))
-    # Slack of ~10 minutes: uniform progress still waits, the margin policy already switches.
-    s = state(deadline_s=1000.0 + 2500.0 + 30.0 + 120.0 + 600.0, on_demand_fallback=od)
+    # Slack of 5 minutes, margin min(20 min, 10% of 3950 s): uniform progress waits, the margin policy switches.
+    s = state(deadline_s=1000.0 + 2500.0 + 30.0 + 120.0 + 300.0, on_demand_fallback=od)
     assert not uniform_progress(s).switch_to_on_demand
     assert get_policy("deadline-margin")(s).switch_to_on_demand

@@ -19,7 +19,7 @@ is a *plan transform* (:data:`PLAN_TRANSFORMS`) applied by the simulator before 
 And one of ours, beside those of :mod:`spottrain.policies`:
 
 - ``deadline-margin``: uniform progress (Can't Be Late) that keeps a safety margin of
-  ``DEADLINE_MARGIN_S`` before the deadline: the policy is asked at ticks, so without a margin
+  ``DEADLINE_MARGIN_S`` (at most 10% of the deadline) before the deadline: the policy is asked at ticks, so without a margin
   the switch to on-demand comes up to one tick late and the deadline is missed by minutes.
 """
 
