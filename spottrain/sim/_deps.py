@@ -1,8 +1,7 @@
 """Thin adapters to the parts the simulator uses (performance, transience, catalog).
 
 Everything the simulator needs from other packages goes through here, so that a change of their
-API is one small change. Where a part offers nothing yet, the fallback is stated in the
-docstring and reported in the simulation's notes.
+API is one small change.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from spottrain.errors import InputError
+from spottrain.errors import UnknownNameError
 from spottrain.plan import Plan
 
 NOTICE_S = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
@@ -34,44 +33,24 @@ def list_traces() -> list[str]:
 
 def load_trace(name: str) -> Any:
     """A :class:`spottrain.transience.events.Trace` by name or user-CSV path."""
-    try:
-        from spottrain.transience import load_trace as _load  # type: ignore[attr-defined]
-    except ImportError:
-        from spottrain.transience.traces import load_trace as _load
+    from spottrain.transience import load_trace as _load
+
     return _load(name)
 
 
 # ---------------------------------------------------------------- lifetimes / delays
 def lifetime_sampler(cloud: str, gpu: str) -> tuple[Callable[[int, Any], Any], str]:
-    """``(sample(n, rng) -> array of lifetimes in s, description)`` for spot nodes of ``gpu``.
-
-    Uses :func:`spottrain.transience.lifetime_model` (best fit by AIC) when available. Fallback:
-    bootstrap the empirical lifetimes of the shipped GCP traces (censored at the 24 h cap).
-    """
+    """``(sample(n, rng) -> array of lifetimes in s, description)`` for spot nodes of ``gpu``:
+    the best fit by AIC of :func:`spottrain.transience.lifetime_model` (pooled, and saying so,
+    where this cloud and GPU have no data of their own)."""
     import numpy as np
 
-    try:
-        from spottrain.transience import lifetime_model  # type: ignore[attr-defined]
-    except ImportError:
-        lifetime_model = None
-    if lifetime_model is not None:
-        model = lifetime_model(cloud, gpu)
-        name = getattr(model, "name", type(model).__name__)
-        pooled = getattr(model, "pooled_from", None)
-        desc = f"fitted lifetime model {name} for {cloud} {gpu}" + (f" (pooled from {pooled})" if pooled else "")
-        return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), desc
-    if cloud == "gcp":
-        trace = load_trace(f"transient-dl-lifetime-{gpu.lower()}")
-        lives, started = [], {}
-        for e in trace.events:
-            if e.event == "start":
-                started[e.source] = e.time_s
-            elif e.source in started:
-                life = e.time_s - started.pop(e.source)
-                lives.append(life if e.event == "revoke" else np.inf)
-        arr = np.asarray(lives, dtype=float)
-        return (lambda n, rng: arr[rng.integers(0, len(arr), n)]), f"empirical lifetimes of {trace.name}"
-    raise InputError(f"no lifetime model for {cloud} {gpu} yet; replay a trace with --trace NAME")
+    from spottrain.transience import lifetime_model
+
+    model = lifetime_model(cloud, gpu)
+    desc = f"fitted lifetime model {model.name} for {cloud} {gpu}" + (
+        f" (pooled from {model.pooled_from})" if model.pooled_from else "")
+    return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), desc
 
 
 def replacement_sampler(cloud: str, gpu: str, spot: bool) -> tuple[Callable[[int, Any], Any], str]:
@@ -79,13 +58,10 @@ def replacement_sampler(cloud: str, gpu: str, spot: bool) -> tuple[Callable[[int
     import numpy as np
 
     if spot:
-        try:
-            from spottrain.transience import replacement_delay  # type: ignore[attr-defined]
-        except ImportError:
-            replacement_delay = None
-        if replacement_delay is not None:
-            model = replacement_delay(cloud, gpu)
-            return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), f"fitted replacement delay ({cloud} {gpu})"
+        from spottrain.transience import replacement_delay
+
+        model = replacement_delay(cloud, gpu)
+        return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), f"fitted replacement delay ({cloud} {gpu})"
     base = startup_s(cloud)
     return (lambda n, rng: np.full(n, base)), f"constant start-up {base:.0f} s"
 
@@ -97,11 +73,11 @@ def startup_s(cloud: str) -> float:
 # ---------------------------------------------------------------- throughput
 def gpu_weight(gpu: str) -> float:
     """Relative speed of one GPU (peak fp32 TFLOPS), used to split cluster throughput."""
-    try:
-        from spottrain.catalog import gpu_spec
+    from spottrain.catalog import gpu_spec
 
+    try:
         return float(gpu_spec(gpu).fp32_tflops)
-    except Exception:
+    except UnknownNameError:
         return 1.0
 
 
@@ -110,20 +86,13 @@ def throughput_function(plan: Plan) -> tuple[Callable[[tuple[tuple[str, int, int
 
     Calibrated so that the plan's own membership gives the plan's predicted throughput: the
     performance model (``spottrain.perf.predict_throughput``) supplies the *ratio* between
-    memberships. Fallback without the performance model: throughput proportional to the sum of
-    the GPUs' peak FLOPS (linear scaling, optimistic for large clusters).
+    memberships.
     """
     planned = membership_key((g.gpu, g.gpus_per_node, g.count) for g in plan.groups)
     base_tp = plan.prediction.throughput_samples_per_s
     cache: dict[tuple[tuple[str, int, int], ...], float] = {}
     raw = _perf_raw(plan)
     desc = "performance model (spottrain.perf), scaled to the plan's prediction"
-    if raw is None:
-        desc = "linear in peak FLOPS (performance model not available), scaled to the plan's prediction"
-
-        def raw(key: tuple[tuple[str, int, int], ...]) -> float:
-            return sum(gpu_weight(g) * gpn * n for g, gpn, n in key)
-
     ref = raw(planned) or 1.0
 
     def f(key: tuple[tuple[str, int, int], ...]) -> float:
@@ -144,12 +113,11 @@ def membership_key(items: Any) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted((g, gpn, n) for (g, gpn), n in agg.items()))
 
 
-def _perf_raw(plan: Plan) -> Callable[[tuple[tuple[str, int, int], ...]], float] | None:
-    try:
-        from spottrain.perf import Workload, predict_throughput  # type: ignore[attr-defined]
-    except ImportError:
-        return None
+def _perf_raw(plan: Plan) -> Callable[[tuple[tuple[str, int, int], ...]], float]:
+    from spottrain.perf import Workload, predict_throughput
+
     w = plan.workload
+    network_gbps = min(g.network_gbps for g in plan.groups) if plan.groups else None
     workload = Workload(
         model=w.model, batch_size=w.batch_size, flops_per_sample=w.flops_per_sample,
         param_count=w.param_count, gradient_bytes=w.gradient_bytes, step_time_s_ref=None, ref_gpu=None,
@@ -163,10 +131,7 @@ def _perf_raw(plan: Plan) -> Callable[[tuple[tuple[str, int, int], ...]], float]
             # memberships beyond the fitted range are expected (replacements overlap); the
             # plan's own prediction already carries the extrapolation flag.
             warnings.simplefilter("ignore")
-            return float(predict_throughput(workload, spec, ps=plan.ps, sync=plan.sync).throughput)
+            return float(predict_throughput(workload, spec, ps=plan.ps, sync=plan.sync,
+                                            network_gbps=network_gbps).throughput)
 
-    try:
-        raw(membership_key((g.gpu, g.gpus_per_node, g.count) for g in plan.groups))
-    except Exception:
-        return None
     return raw
