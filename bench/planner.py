@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import itertools
-import os
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from _machine import machine  # noqa: E402  (bench/ is on sys.path when this script runs)
 from spottrain.catalog import load_catalog  # noqa: E402
 from spottrain.perf.workload import Workload  # noqa: E402
 from spottrain.planner import plan  # noqa: E402
@@ -30,18 +29,6 @@ from spottrain.planner.api import market_mask, prepare, solve  # noqa: E402
 from spottrain.planner.formulation import group_keys  # noqa: E402
 
 SAMPLES = 90 * 1_281_167
-
-
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def latency(catalog, w):

@@ -8,26 +8,15 @@ after another and concatenates their result pages into bench/RESULTS.md.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
 
+from _machine import machine  # bench/ is on sys.path when this script runs
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Rewritten by `make bench` (`python bench/run_all.py`) on {dt.date.today().isoformat()}. "
         "Each section below names the command that produced it; `python bench/run_all.py --collect` "
         "reassembles this page from the sections without re-running.\n",
-        f"Machine: {machine()}. The machine is shared and noisy: figures are ratios against a "
+        f"Machine: {machine()}, {platform.system()}. The machine is shared and noisy: figures are ratios against a "
         "baseline measured in the same run where possible.\n",
     ]
     for script in scripts:

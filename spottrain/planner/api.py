@@ -428,27 +428,26 @@ def runners_up(ctx: Context, best: Outcome, mask: np.ndarray, k: int = 3) -> lis
     return out
 
 
-def fastest(ctx: Context, mask: np.ndarray) -> Outcome | None:
-    """Fastest plan ignoring deadline and budget (for infeasibility messages)."""
+def _best_unconstrained(ctx: Context, mask: np.ndarray, key: str) -> Outcome | None:
+    """The homogeneous plan with the least ``key`` column, ignoring deadline and budget."""
     sub = _subset(ctx.cols, mask)
     lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
     ok = homogeneous_feasible(sub, ctx.cands, lim, ctx.work, None)
     if not ok.any():
         return None
     idx = np.flatnonzero(ok)
-    j = int(idx[np.argmin(sub.time_q_s[idx])])
+    j = int(idx[np.argmin(getattr(sub, key)[idx])])
     return evaluate_picks(ctx.job, ctx.cands, ((int(sub.cand[j]), int(sub.n[j])),), lim)
+
+
+def fastest(ctx: Context, mask: np.ndarray) -> Outcome | None:
+    """Fastest plan ignoring deadline and budget (for infeasibility messages)."""
+    return _best_unconstrained(ctx, mask, "time_q_s")
 
 
 def cheapest(ctx: Context, mask: np.ndarray) -> Outcome | None:
-    sub = _subset(ctx.cols, mask)
-    lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
-    ok = homogeneous_feasible(sub, ctx.cands, lim, ctx.work, None)
-    if not ok.any():
-        return None
-    idx = np.flatnonzero(ok)
-    j = int(idx[np.argmin(sub.cost_usd[idx])])
-    return evaluate_picks(ctx.job, ctx.cands, ((int(sub.cand[j]), int(sub.n[j])),), lim)
+    """Cheapest plan ignoring deadline and budget (for infeasibility messages)."""
+    return _best_unconstrained(ctx, mask, "cost_usd")
 
 
 def describe(ctx: Context, o: Outcome) -> str:
