@@ -42,3 +42,29 @@ def test_calibration_reproduces_the_profile_it_was_given() -> None:
     for gpu, step_s in pred.profiles.items():
         got = pred.throughput(gpu, 1, 1)
         assert abs(got * step_s / reproduce.BATCH - 1) < 0.01, (gpu, got, reproduce.BATCH / step_s)
+
+
+def test_study_rates_are_the_ones_its_cost_files_imply() -> None:
+    # The P100/V100 rates are inputs recovered from the study's own bills; every folder that
+    # billed those GPUs (1 worker, 4 workers, the 1-vs-2-PS series) must imply the same rate.
+    folders = {
+        "P100": [("training/p100_v100_spot/p100", 1, 1), ("training/p100_v100_spot/4p100", 4, 1)],
+        "V100": [("training/p100_v100_spot/v100", 1, 1), ("training/p100_v100_spot/4v100", 4, 1)]
+        + [(f"training/experiment_1ps_vs_2ps/{ps}ps{n}v", n, ps) for n in (2, 5, 8) for ps in (1, 2)],
+        "K80": [("training/experiment_1ps_vs_2ps/2ps4k", 4, 2)],
+    }
+    for gpu, cases in folders.items():
+        for folder, workers, ps in cases:
+            got = reproduce.study_rate_usd_per_s(folder, workers, ps)
+            assert abs(got / reproduce.STUDY_SPOT_USD_PER_S[gpu] - 1) < 1e-3, (gpu, folder, got)
+
+
+def test_cost_prediction_uses_study_rates() -> None:
+    rep = reproduce.reproduce_icac19(runs=50, seed=1)
+    rows = {r.cluster: r for r in rep.clusters}
+    for name in ("1xP100 spot", "1xV100 spot"):
+        r = rows[name]
+        # One worker, no PS billed: cost is duration x the study's rate for that GPU.
+        rate = reproduce.STUDY_SPOT_USD_PER_S[r.gpu]
+        assert abs(r.predicted_cost_usd / (r.predicted_duration_s * rate) - 1) < 0.02, name
+        assert r.price_source.startswith("paper")

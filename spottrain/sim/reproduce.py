@@ -22,8 +22,13 @@ What predicts, and what it was fitted on (none of it on the measured cluster run
   Each spot cluster is simulated ``runs`` times with the study's recovery: none (a revoked
   worker is not replaced; the job goes on with the others; a revoked chief ends the run,
   and such runs are left out as the study left them out).
-- **Prices**: the rates in the authors' cost script (K80 workers and the PS); P100 and V100
-  rates are not stated, so those rows use today's GCP spot prices of the shipped catalog.
+- **Prices**: the per-second rates the study charged. K80 workers and the PS: the rates in the
+  authors' cost script. P100 and V100 workers: the script is not in the data, but its rule is
+  visible in every ``cost.csv``: cost = duration x (workers x worker rate + PS rate), the PS
+  billed only for clusters of 2 or more workers, so cost / duration is the same to 8 digits for
+  every run of a folder. The single-worker folders give the preemptible P100 and V100 rates
+  directly (``STUDY_SPOT_USD_PER_S``; ``study_rate_usd_per_s`` recomputes them from the files).
+  These are price inputs, like a catalog; the model never sees a measured duration.
 - **Duration** is measured as the study measured it: from step 0 to step 64,000 (no VM start-up).
 """
 
@@ -56,6 +61,10 @@ RESNET32_TENSORS = 104
 K80_ON_DEMAND_USD_PER_S = 0.00020083
 K80_PREEMPTIBLE_USD_PER_S = 0.000071
 PS_USD_PER_S = 0.0000397
+# Preemptible worker rates per GPU. K80: the cost script above. P100 / V100: cost / duration of
+# the single-worker folders training/p100_v100_spot/{p100,v100} (identical for all their runs);
+# the 4-worker and 1-vs-2-PS folders agree: (4 x 0.00015306 + PS) and (N x 0.00023917 + PS).
+STUDY_SPOT_USD_PER_S = {"K80": K80_PREEMPTIBLE_USD_PER_S, "P100": 0.00015306, "V100": 0.00023917}
 PAPER_SPEEDUP = 7.7
 PAPER_SAVINGS = 0.629
 
@@ -252,12 +261,23 @@ def _plan(gpu: str, workers: int, ps: int, tp: float, price_usd_per_hour: float)
     )
 
 
-def _catalog_spot_usd_per_s(gpu: str) -> float:
-    from spottrain.catalog import load_catalog
+def study_rate_usd_per_s(folder: str, workers: int, ps: int = 1) -> float:
+    """One worker's rate in USD/s that the study's cost files imply for ``folder``.
 
-    offers = [o for o in load_catalog().query(cloud="gcp", gpu=gpu, spot=True)
-              if o.gpu_count == 1 and o.spot_price_usd_per_hour]
-    return min(o.spot_price_usd_per_hour for o in offers) / 3600.0
+    Every ``cost.csv`` row is duration x (workers x rate + PS rate), the PS billed from two
+    workers up; returns the median over the folder's runs (they agree to rounding).
+    """
+    root = _data_root() / folder
+    durations = {(_zone(r.get("Zone", "")), r["Run"]): float(r["Duration"])
+                 for r in _csv(root / "train_data_processed.csv")}
+    rates = []
+    for c in _csv(root / "cost.csv"):
+        d = durations.get((_zone(c.get("Zone", "")), c["Run"]))
+        if d:
+            rates.append((float(c["Cost"]) / d - (ps * PS_USD_PER_S if workers > 1 else 0.0)) / workers)
+    if not rates:
+        raise ValueError(f"{root}: no run has both a duration and a cost")
+    return float(np.median(rates))
 
 
 def _predict_spot(pred: _Predictor, gpu: str, workers: int, ps: int, usd_per_s: float, runs: int,
@@ -334,8 +354,9 @@ def reproduce_icac19(*, runs: int = 2000, seed: int = 0, calibrate: bool = False
             if calibrate else ""),
         "revocations: " + "; ".join(pred.lifetimes(g)[1] for g in ("K80", "P100", "V100"))
         + " (standalone preemptible VMs, not the training clusters); no replacement, runs that lost the chief left out",
-        "prices: K80 workers and PS at the rates of the authors' cost script (0.00020083 / 0.000071 / 0.0000397 USD/s); "
-        "P100/V100 at today's GCP spot prices of the shipped catalog (the study's rates are not stated)",
+        "prices: the study's rates: K80 workers and PS from the authors' cost script (0.00020083 on-demand / "
+        "0.000071 preemptible / 0.0000397 PS USD/s); preemptible P100 0.00015306 and V100 0.00023917 USD/s, "
+        "recovered from the single-worker cost files (cost / duration, identical across runs)",
         "durations from step 0 to step 64,000, as measured; 1-PS K80 clusters have no cost file (one run each)",
     ]
     return Reproduction(clusters=rows, ps_rows=ps_rows, notes=notes)
@@ -343,10 +364,8 @@ def reproduce_icac19(*, runs: int = 2000, seed: int = 0, calibrate: bool = False
 
 def _predict_row(pred: _Predictor, name: str, gpu: str, workers: int, spot: bool, ps: int, n: int, dur: float,
                  cost: float | None, runs: int, seed: int) -> Row:
-    if gpu == "K80":
-        rate, price_source = (K80_PREEMPTIBLE_USD_PER_S if spot else K80_ON_DEMAND_USD_PER_S), "paper"
-    else:
-        rate, price_source = _catalog_spot_usd_per_s(gpu), "catalog"
+    rate = STUDY_SPOT_USD_PER_S[gpu] if spot else K80_ON_DEMAND_USD_PER_S
+    price_source = "paper" if gpu == "K80" else "paper (cost files)"
     if spot:
         p_dur, p_cost, failed = _predict_spot(pred, gpu, workers, ps, rate, runs, seed)
     else:
