@@ -29,7 +29,7 @@ from spottrain.errors import InputError, NotFittedError
 from spottrain.perf import analytical as an
 from spottrain.perf.hardware import device, instance_gpu_count, node_network_gbps
 from spottrain.perf.measurements import Measurement
-from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels
+from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels, known_tensor_count
 from spottrain.types import ClusterGroup, ClusterSpec
 
 
@@ -92,7 +92,7 @@ class _Query:
     network_gbps: float | None = None
     throughput: float | None = None
     tensors: float | None = None
-    """Parameter tensors; ``None`` = estimated from the gradient bytes."""
+    """Parameter tensors; ``None`` = the zoo's count for a zoo model, else estimated from the gradient bytes."""
 
     @classmethod
     def of(cls, m: Measurement) -> "_Query":
@@ -102,7 +102,10 @@ class _Query:
 
     @property
     def n_tensors(self) -> float:
-        return float(self.tensors) if self.tensors else estimate_tensor_count(self.grad / 4.0)
+        if self.tensors:
+            return float(self.tensors)
+        known = known_tensor_count(self.model)
+        return float(known) if known else estimate_tensor_count(self.grad / 4.0)
 
 
 def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[str, int],

@@ -19,6 +19,26 @@ _PUBLISHED_FLOPS = {
 }
 
 
+# Parameter tensors of the zoo's own constructions (``len(list(build_network(name).parameters()))``;
+# tests/test_perf_workload.py rebuilds every zoo network on the meta device and checks this table).
+# The estimate below is far off for models with few, large layers (VGG-16: 32, not ~245).
+ZOO_TENSOR_COUNTS = {
+    "mlp-tiny": 4, "resnet18": 62, "resnet50": 161, "resnet18-cifar": 62, "resnet50-cifar": 161, "resnet32": 95,
+    "vgg16": 32, "vgg19": 38, "transformer-base": 185, "lstm-lm": 11, "bert-base": 153, "gpt2-small": 148,
+}
+
+
+@functools.lru_cache(maxsize=512)
+def known_tensor_count(name: str) -> int | None:
+    """Parameter tensors of zoo model ``name`` (or an alias); ``None`` when it is not a zoo model."""
+    try:
+        from spottrain.profiler.zoo_info import canonical_model
+
+        return ZOO_TENSOR_COUNTS.get(canonical_model(name))
+    except Exception:  # noqa: BLE001 - not a zoo model
+        return None
+
+
 def estimate_tensor_count(param_count: float) -> float:
     """Parameter tensors of a model whose count is not known: ~160 at 25 M parameters, growing as P^0.25.
 
@@ -75,7 +95,8 @@ class Workload:
     ref_gpu: str | None = None
     precision: str = "fp32"
     tensor_count: int | None = None
-    """Parameter tensors (a parameter server pays a cost per tensor); ``None`` = estimated."""
+    """Parameter tensors (a parameter server pays a cost per tensor); ``None`` = the zoo's count for a zoo
+    model, else estimated from the parameter count."""
 
     @classmethod
     def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
@@ -88,7 +109,8 @@ class Workload:
             raise InputError(f"zoo model {name!r} has no FLOPs figure; profile it (spottrain profile) instead", column="model")
         b = int(batch_size or info.get("default_batch_size") or 32)
         return cls(model=info["name"], batch_size=b, flops_per_sample=float(flops), param_count=int(info["param_count"]),
-                   gradient_bytes=float(info.get("gradient_bytes") or 4 * info["param_count"]), precision=precision)
+                   gradient_bytes=float(info.get("gradient_bytes") or 4 * info["param_count"]), precision=precision,
+                   tensor_count=known_tensor_count(info["name"]))
 
     @classmethod
     def from_profile(cls, profile: Any, batch_size: int | None = None) -> "Workload":
