@@ -170,3 +170,42 @@ def test_bathtub_degenerates_gracefully_on_weibull_data():
     w = WeibullLifetime().fit(t)
     b = BathtubLifetime().fit(t)
     assert b.loglik_ >= w.loglik_ - 1.0
+
+
+def test_from_fitted_rebuilds_the_same_law_without_the_optimizer():
+    rng = np.random.default_rng(4)
+    t, d = _censored(20000.0 * rng.weibull(0.6, 300), 60000.0)
+    for cls in (ExponentialLifetime, WeibullLifetime, BathtubLifetime):
+        m = cls(max_lifetime_s=86400.0).fit(t, d)
+        r = cls.from_fitted(m.fitted_params(), t, d, max_lifetime_s=86400.0)
+        assert r.fitted_params() == m.fitted_params()
+        assert r.aic_ == pytest.approx(m.aic_) and r.mean_lifetime_s() == pytest.approx(m.mean_lifetime_s())
+    with pytest.raises(InputError):
+        BathtubLifetime.from_fitted({"early_shape_": 0.5}, t, d)
+
+
+def test_shipped_lifetime_fits_are_what_refitting_the_shipped_traces_gives():
+    """Every pool ``lifetime_model`` can use has shipped bathtub parameters, and refitting the
+    data reproduces them (else: python tools/fit_lifetimes.py)."""
+    import warnings
+
+    from spottrain.transience.select import SHIPPED_MODELS, data_fingerprint, lifetime_pools, shipped_fits
+
+    shipped = shipped_fits()
+    checked = 0
+    for names, data, cap in lifetime_pools():
+        key = data_fingerprint(data.durations_s, data.observed, cap)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # the bathtub fit overflows nowhere
+            fresh = fit_models(data.durations_s, data.observed, max_lifetime_s=cap, models=SHIPPED_MODELS,
+                               use_shipped=False)
+        if "bathtub" not in fresh:
+            continue
+        assert key in shipped, f"no shipped fit for {names}: rerun python tools/fit_lifetimes.py"
+        got = fresh["bathtub"].fitted_params()
+        for k, v in shipped[key]["bathtub"].items():
+            assert got[k] == pytest.approx(v, rel=1e-6), (names, k)
+        reused = fit_models(data.durations_s, data.observed, max_lifetime_s=cap, models=SHIPPED_MODELS)
+        assert reused["bathtub"].aic_ == pytest.approx(fresh["bathtub"].aic_, rel=1e-9)
+        checked += 1
+    assert checked >= 3

@@ -55,6 +55,31 @@ class LifetimeModel:
         """Fit on durations (s) and revoked flags (default: all revoked); returns ``self``."""
         t, d = _validate(durations_s, observed)
         self._fit(t, d)
+        return self._finish(t, d)
+
+    def fitted_params(self) -> dict[str, float]:
+        """The law's own fitted parameters (what :meth:`from_fitted` needs to rebuild it)."""
+        self._check()
+        return {k: float(getattr(self, k)) for k in self._param_names}
+
+    @classmethod
+    def from_fitted(cls, params: dict[str, float], durations_s, observed=None, *,
+                    max_lifetime_s: float | None = None) -> LifetimeModel:
+        """The model as if ``fit(durations_s, observed)`` had found ``params`` (e.g. parameters
+        saved by an earlier fit of the same data): sets them, then the data statistics, log-likelihood
+        and AIC exactly as :meth:`fit` does, without the optimizer."""
+        m = cls(max_lifetime_s=max_lifetime_s)
+        missing = [k for k in cls._param_names if k not in params]
+        if missing:
+            raise InputError(f"{cls.name} parameters missing: {', '.join(missing)}")
+        for k in cls._param_names:
+            setattr(m, k, float(params[k]))
+        t, d = _validate(durations_s, observed)
+        return m._finish(t, d)
+
+    _param_names: tuple[str, ...] = ()
+
+    def _finish(self, t: np.ndarray, d: np.ndarray) -> LifetimeModel:
         self.n_ = int(len(t))
         self.n_events_ = int(d.sum())
         self.exposure_s_ = float(t.sum())
@@ -268,6 +293,7 @@ class ExponentialLifetime(LifetimeModel):
 
     name = "exponential"
     n_params = 1
+    _param_names = ("rate_per_s_",)
 
     def _fit(self, t: np.ndarray, d: np.ndarray) -> None:
         # With no revocation at all, half an event keeps the rate finite and honest.
@@ -299,6 +325,7 @@ class WeibullLifetime(LifetimeModel):
 
     name = "weibull"
     n_params = 2
+    _param_names = ("shape_", "scale_s_")
 
     def _fit(self, t: np.ndarray, d: np.ndarray) -> None:
         k_events = max(float(d.sum()), 0.5)
@@ -336,6 +363,8 @@ class BathtubLifetime(LifetimeModel):
 
     name = "bathtub"
     n_params = 4
+    _param_names = ("early_shape_", "early_scale_s_", "wearout_anchor_s_", "wearout_hazard_at_anchor_per_s_",
+                    "wearout_steepness_")
 
     def _fit(self, t: np.ndarray, d: np.ndarray) -> None:
         # Without a cap the anchor sits beyond the data: anchoring at the longest lifetime would
