@@ -28,8 +28,14 @@ def register(app: typer.Typer) -> None:
         epochs: Optional[float] = typer.Option(None, "--epochs", "--target-epochs", help="Epochs (with --dataset-size)."),
         dataset_size: Optional[str] = typer.Option(None, "--dataset-size", help="Samples per epoch (e.g. 1.28M)."),
         target_loss: Optional[float] = typer.Option(None, "--target-loss", help="Train until this loss (needs a profile with a loss curve)."),
+        critical_batch: Optional[str] = typer.Option(None, "--critical-batch", help="With --target-loss: gradient noise scale (samples) for the large-batch rule; default: samples grow with the global batch."),
         deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within (e.g. 8h): cheapest plan meeting it."),
         budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most (USD): fastest plan within it."),
+        hard_cap: Optional[str] = typer.Option(None, "--hard-cap", help="Cap on the 95th-percentile cost (USD)."),
+        quota: Optional[list[str]] = typer.Option(None, "--quota", help="TYPE=N: at most N nodes of an instance type or GPU (repeatable)."),
+        zones: Optional[str] = typer.Option(None, "--zones", help="Comma-separated zone allow-list."),
+        ps: Optional[int] = typer.Option(None, "--ps", help="Parameter servers (default: 1 with --sync async, 0 = all-reduce with sync)."),
+        on_demand_share: Optional[float] = typer.Option(None, "--on-demand-share", help="Least share of nodes on demand, in [0, 1) (DeepVM's anchor)."),
         confidence: float = typer.Option(0.95, "--confidence", help="Required P(finish by deadline)."),
         spot_only: bool = typer.Option(False, "--spot-only", help="Spot / preemptible servers only."),
         allow_on_demand: bool = typer.Option(True, "--allow-on-demand/--no-on-demand", help="Allow on-demand servers."),
@@ -54,6 +60,13 @@ def register(app: typer.Typer) -> None:
 
         deadline_s = parse_duration_s(deadline, option="--deadline") if deadline is not None else None
         budget_usd = parse_money_usd(budget, option="--budget") if budget is not None else None
+        cap_usd = parse_money_usd(hard_cap, option="--hard-cap") if hard_cap is not None else None
+        quotas = _quotas(quota)
+        n_ps = _ps(ps, sync)
+        share = _share(on_demand_share, spot_only, allow_on_demand)
+        crit = parse_count(critical_batch, option="--critical-batch") if critical_batch is not None else None
+        if crit is not None and target_loss is None:
+            raise InputError("--critical-batch only applies with --target-loss")
         if deadline_s is None and budget_usd is None:
             raise InputError("give --deadline (e.g. 8h) or --budget (e.g. 200)")
         if spot_only and on_demand_anchor:
@@ -80,15 +93,17 @@ def register(app: typer.Typer) -> None:
                     raise UnknownNameError("model", model, names) from None
             workload = _deps.workload_from_zoo(model, batch_size)
         n_samples = _samples(samples, epochs, dataset_size, target_loss, prof, workload)
+        work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit}
         catalog = _deps.load_catalog(str(catalog_path)) if catalog_path else None
         from rich.console import Console
 
         with Console(stderr=True).status("planning: catalog, throughput and revocation models, MILP ..."):
-            result = run_plan(workload, samples=n_samples, deadline_s=deadline_s, budget_usd=budget_usd,
+            result = run_plan(workload, **work, deadline_s=deadline_s, budget_usd=budget_usd,
                               confidence=confidence, catalog=catalog, spot_only=spot_only,
                               allow_on_demand=allow_on_demand, clouds=_split(clouds), regions=_split(regions),
-                              gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types, sync=sync,
-                              on_demand_anchor=on_demand_anchor, baselines=baselines, profile=prof)
+                              zones=_split(zones), gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types,
+                              sync=sync, ps=n_ps, on_demand_anchor=on_demand_anchor, anchor_share=share,
+                              hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof)
         if out is not None:
             result.best.save(out, overwrite=force)
         if report is not None:
@@ -111,7 +126,7 @@ def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> floa
         return parse_count(samples, option="--samples")
     if epochs is not None:
         if not epochs > 0:
-            raise InputError(f"must be positive, got {epochs!r}", column="--epochs")
+            raise InputError(f"--epochs: must be positive, got {epochs!r}")
         if dataset_size is None:
             try:
                 from spottrain.profiler.zoo_info import zoo_info
@@ -125,14 +140,46 @@ def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> floa
         return float(epochs) * parse_count(dataset_size, option="--dataset-size")
     curve = getattr(prof, "loss_curve", None) if prof is not None else None
     if not curve:
-        raise InputError("--target-loss needs a --profile with a loss curve (spottrain profile --steps ...)")
-    try:
-        from spottrain.perf import ConvergenceModel  # type: ignore[attr-defined]
-    except ImportError:
-        raise InputError("--target-loss is not available yet: give --samples or --epochs") from None
-    model = ConvergenceModel().fit(curve)
-    steps = model.steps_to_target(target_loss, batch_size_global=workload.batch_size, workers=1)
-    return float(steps) * workload.batch_size
+        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --steps N records one)")
+    return None  # the planner turns the target into samples per cluster
+
+
+def _quotas(items: list[str] | None) -> dict[str, int] | None:
+    if not items:
+        return None
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"--quota: expected TYPE=N (an instance type or GPU and a node count), got {item!r}")
+        try:
+            n = int(value.strip())
+        except ValueError:
+            raise InputError(f"--quota: expected a whole number of nodes after '=', got {item!r}") from None
+        if n < 0:
+            raise InputError(f"--quota: must be >= 0 nodes, got {item!r}")
+        out[name.strip()] = n
+    return out
+
+
+def _ps(ps: int | None, sync: str) -> int | None:
+    if ps is None:
+        return None
+    if ps < 0:
+        raise InputError(f"--ps: must be >= 0, got {ps}")
+    if ps == 0 and sync == "async":
+        raise InputError("--ps: asynchronous training needs at least one parameter server")
+    return ps
+
+
+def _share(share: float | None, spot_only: bool, allow_on_demand: bool) -> float:
+    if share is None:
+        return 0.0
+    if not 0.0 <= share < 1.0:
+        raise InputError(f"--on-demand-share: expected a share in [0, 1), got {share!r}")
+    if share > 0 and (spot_only or not allow_on_demand):
+        raise InputError("--on-demand-share: --spot-only contradicts --on-demand-share")
+    return share
 
 
 def _render(result, out, report) -> None:

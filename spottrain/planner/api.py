@@ -15,13 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from spottrain.errors import InfeasibleError, InputError
+from spottrain.errors import InfeasibleError, InputError, UnknownNameError
 from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import _deps, risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import REGROUP_S, Columns, Job, build_columns, node_counts
 from spottrain.planner.formulation import Limits, Outcome, Picks, SolveStats, homogeneous_feasible, solve_mix
 from spottrain.units import format_duration
+
+ONE_JOB = 1.0
+"""The optimizer counts work in jobs, not samples: a column's rate ``E_j = 1 / E[T_j]`` (jobs per
+second), since with a target loss the samples of a job depend on the cluster."""
 
 PS_BANDWIDTH_GBPS = 10.0
 """Network of one parameter server (a 10 Gbps CPU instance, as in CM-DARE's setup)."""
@@ -41,7 +45,14 @@ class Context:
 
     @property
     def work(self) -> float:
-        return self.job.samples
+        """Samples of a one-GPU cluster (the work of every cluster unless a target loss is set)."""
+        return float(self.job.work(1, 1)[0])
+
+    def work_of(self, picks: Picks) -> float:
+        """Samples the cluster ``picks`` must train."""
+        nodes = sum(n for _, n in picks)
+        gpus = sum(n * self.cands[i].gpus_per_node for i, n in picks)
+        return float(self.job.work(nodes, gpus)[0])
 
     def evaluate(self, picks: Picks) -> Outcome:
         """Exact assessment of a plan (perf model's mix rule + risk model of the whole cluster)."""
@@ -112,7 +123,9 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
         smean, sd = smean / rate, (s2 / rate) ** 0.5
     else:
         smean, sd = REGROUP_S, 0.0
-    a = risk.assess(job.samples, np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
+    nodes = sum(n for _, n in picks)
+    gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
+    a = risk.assess(job.work(nodes, gpus), np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
                     np.array([smean]), np.array([sd]), job.checkpoint_s, deadline_s=job.deadline_s,
                     confidence=job.confidence)
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
@@ -175,6 +188,7 @@ def prepare(
     sync: str = "sync",
     ps: int | None = None,
     profile: Any = None,
+    work_rule: Any = None,
 ) -> Context:
     """Validate the request, build candidates and assess every homogeneous column."""
     _validate(samples=samples, deadline_s=deadline_s, budget_usd=budget_usd, confidence=confidence,
@@ -186,6 +200,7 @@ def prepare(
     snapshot = str(getattr(catalog, "snapshot_date", "") or "")
     if ps is None:
         ps = 1 if sync == "async" else 0
+    _check_names(offers, zones=zones, quotas=quotas)
     cands, report = build_candidates(offers, clouds=clouds, regions=regions, zones=zones, gpus=gpus,
                                      instance_types=instance_types, spot=spot, on_demand=on_demand,
                                      min_gpu_memory_gib=memory_needed_gib(workload, profile))
@@ -193,7 +208,7 @@ def prepare(
     anchor = on_demand_anchor or anchor_share > 0
     job = Job(workload=workload, samples=float(samples), sync=sync, ps=ps,
               checkpoint_s=risk.checkpoint_cost_s(workload.gradient_bytes, anchor=anchor), deadline_s=deadline_s,
-              confidence=confidence)
+              confidence=confidence, work_rule=work_rule)
     limits = Limits(max_nodes=max_nodes, max_kinds=max_kinds, quotas=quotas,
                     anchor_min_on_demand=1 if anchor else 0, anchor_share=anchor_share,
                     ps_capacity_bytes_per_s=(ps * PS_BANDWIDTH_GBPS * 1e9 / 8) if ps > 0 else None,
@@ -225,6 +240,22 @@ def drop_twins(cands: list[Candidate], quotas: dict[str, int] | None, report: Ca
     kept = out + list(best.values())
     report.notes.append(f"{len(cands) - len(kept)} node kinds dominated by an identical cheaper type")
     return sorted(kept, key=lambda c: (c.cloud, c.instance_type, c.spot, c.region))
+
+
+def _check_names(offers: Sequence[Any], *, zones: Sequence[str] | None, quotas: dict[str, int] | None) -> None:
+    """Zones and quota names must exist in the catalog (a typo would silently change the plan)."""
+    if zones:
+        known = {o.zone for o in offers if o.zone}
+        low = {z.lower() for z in known} | {o.region.lower() for o in offers}
+        for z in zones:
+            if z.lower() not in low:
+                raise UnknownNameError("zone (--zones)", z, known)
+    if quotas:
+        known = {o.instance_type for o in offers} | {o.gpu for o in offers}
+        low = {k.lower() for k in known}
+        for name in quotas:
+            if name.lower() not in low:
+                raise UnknownNameError("instance type or GPU (--quota)", name, known)
 
 
 def _validate(*, samples, deadline_s, budget_usd, confidence, max_nodes, spot, on_demand, anchor, sync, max_kinds):
@@ -266,7 +297,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     sub = _subset(cols, mask)
     traffic = ctx.traffic if (mask is None or ctx.traffic is None or mask.all()) else ctx.traffic[mask]
     objective = objective_of(ctx)
-    ok = homogeneous_feasible(sub, ctx.cands, limits, ctx.work, traffic)
+    ok = homogeneous_feasible(sub, ctx.cands, limits, ONE_JOB, traffic)
     incumbent = None
     if ok.any():
         idx = np.flatnonzero(ok)
@@ -290,12 +321,12 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
                 rate, sm, sd = n * rev.rate_per_s, REGROUP_S + rev.restart_mean_s / n, rev.restart_sd_s / n
             else:
                 rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
-            a = risk.assess(job.samples, thr, lo, hi, rate, sm, sd, job.checkpoint_s)
-            e = np.divide(job.samples, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
+            a = risk.assess(job.work(n, n * c.gpus_per_node), thr, lo, hi, rate, sm, sd, job.checkpoint_s)
+            e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
             best = np.maximum(best, e)
         return best * (1 + 1e-9)
 
-    return solve_mix(sub, ctx.cands, limits, ctx.work, objective, incumbent, ctx.evaluate, traffic, stats=stats,
+    return solve_mix(sub, ctx.cands, limits, ONE_JOB, objective, incumbent, ctx.evaluate, traffic, stats=stats,
                      group_cap=group_cap)
 
 
@@ -344,7 +375,7 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
         duration_p95_s=o.time_p95_s, cost_usd=o.cost_usd, cost_p95_usd=o.cost_p95_usd, p_meet_deadline=o.p_deadline,
         bottleneck=o.bottleneck, expected_revocations=o.revocations,
     )
-    pw = PlanWorkload(model=w.model, batch_size=int(w.batch_size), samples_total=ctx.work,
+    pw = PlanWorkload(model=w.model, batch_size=int(w.batch_size), samples_total=ctx.work_of(o.picks),
                       flops_per_sample=float(w.flops_per_sample), param_count=int(w.param_count),
                       gradient_bytes=float(w.gradient_bytes))
     policy = "deadline-margin" if (ctx.limits.deadline_s is not None and spot_nodes) else "replace-same"
@@ -361,7 +392,9 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
 def plan(
     workload: Any,
     *,
-    samples: float,
+    samples: float | None = None,
+    target_loss: float | None = None,
+    critical_batch: float | None = None,
     deadline_s: float | None = None,
     budget_usd: float | None = None,
     confidence: float = 0.95,
@@ -377,11 +410,23 @@ def plan(
 ) -> PlanResult:
     """Choose the cluster. ``deadline_s``: cheapest plan with P(finish by deadline) >=
     ``confidence``; only ``budget_usd``: fastest plan with expected cost <= budget (both: cheapest
-    meeting the deadline within the budget). Raises :class:`InfeasibleError` naming the nearest
+    meeting the deadline within the budget). The work is ``samples``, or ``target_loss`` with a
+    ``profile=`` that has a loss curve: then the samples depend on the cluster
+    (:mod:`spottrain.planner.work`; ``critical_batch`` = gradient noise scale, optional). Raises :class:`InfeasibleError` naming the nearest
     feasible alternative. ``options`` go to :func:`prepare` (zones, gpus, quotas,
     on_demand_anchor, anchor_share, sync, ps, max_kinds, hard_cap_usd, offers, profile)."""
     t0 = time.perf_counter()
     on_demand = allow_on_demand and not spot_only
+    if (samples is None) == (target_loss is None):
+        raise InputError("give exactly one of --samples N (or --epochs E) and --target-loss L")
+    if target_loss is not None:
+        from spottrain.planner.work import target_loss_work
+
+        prof = options.get("profile")
+        rule = target_loss_work(getattr(prof, "loss_curve", None) if prof is not None else None, target_loss,
+                                int(workload.batch_size), critical_batch=critical_batch)
+        options["work_rule"] = rule
+        samples = float(rule.samples(1, 1, options.get("sync", "sync"))[0])
     ctx = prepare(workload, samples=samples, deadline_s=deadline_s, budget_usd=budget_usd, confidence=confidence,
                   catalog=catalog, spot=True, on_demand=True, clouds=clouds, regions=regions, max_nodes=max_nodes,
                   **options)
@@ -412,7 +457,7 @@ def plan(
 def runners_up(ctx: Context, best: Outcome, mask: np.ndarray, k: int = 3) -> list[Outcome]:
     """The best feasible homogeneous plans of other instance types."""
     sub = _subset(ctx.cols, mask)
-    ok = homogeneous_feasible(sub, ctx.cands, ctx.limits, ctx.work, None)
+    ok = homogeneous_feasible(sub, ctx.cands, ctx.limits, ONE_JOB, None)
     idx = np.flatnonzero(ok)
     key = sub.cost_usd[idx] if objective_of(ctx) == "min-cost" else sub.time_mean_s[idx]
     taken = {ctx.cands[i].instance_type for i, _ in best.picks} if len(best.picks) == 1 else set()
@@ -432,7 +477,7 @@ def _best_unconstrained(ctx: Context, mask: np.ndarray, key: str) -> Outcome | N
     """The homogeneous plan with the least ``key`` column, ignoring deadline and budget."""
     sub = _subset(ctx.cols, mask)
     lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
-    ok = homogeneous_feasible(sub, ctx.cands, lim, ctx.work, None)
+    ok = homogeneous_feasible(sub, ctx.cands, lim, ONE_JOB, None)
     if not ok.any():
         return None
     idx = np.flatnonzero(ok)

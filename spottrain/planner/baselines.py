@@ -147,9 +147,9 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
     from spottrain.planner.api import PS_BANDWIDTH_GBPS
 
     ps = max(1, math.ceil(2.0 * w.gradient_bytes * need / w.batch_size / (PS_BANDWIDTH_GBPS * 1e9 / 8)))
-    return prepare(w, samples=ctx.work, deadline_s=lim.deadline_s, budget_usd=lim.budget_usd,
+    return prepare(w, samples=ctx.job.samples, deadline_s=lim.deadline_s, budget_usd=lim.budget_usd,
                    confidence=lim.confidence, offers=offers, on_demand=False, max_nodes=lim.max_nodes,
-                   sync="async", ps=ps, max_kinds=SPOTDNN_MAX_KINDS)
+                   sync="async", ps=ps, max_kinds=SPOTDNN_MAX_KINDS, work_rule=ctx.job.work_rule)
 
 
 def cmdare_like(ctx: Any) -> Plan | str:

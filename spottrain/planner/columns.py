@@ -33,6 +33,15 @@ class Job:
     checkpoint_s: float = 10.0
     deadline_s: float | None = None
     confidence: float = 0.95
+    work_rule: Any = None
+    """A :class:`spottrain.planner.work.TargetLoss` when the work depends on the cluster; else
+    every cluster trains ``samples``."""
+
+    def work(self, nodes, gpus) -> np.ndarray:
+        """Samples a cluster of ``nodes`` nodes and ``gpus`` GPUs must train (arrays)."""
+        if self.work_rule is None:
+            return np.full(np.shape(np.atleast_1d(nodes)), self.samples)
+        return self.work_rule.samples(nodes, gpus, self.sync)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +49,8 @@ class Columns:
     cand: np.ndarray
     """Candidate index of each column."""
     n: np.ndarray
+    work: np.ndarray
+    """Samples the column must train (depends on the cluster with a target loss)."""
     thr: np.ndarray
     low: np.ndarray
     high: np.ndarray
@@ -93,7 +104,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     kind_m = np.zeros(len(keys), dtype=int)
     if len(cands):
         np.maximum.at(kind_m, kind_of, limits)
-    thr, lo, hi, bott, rate, smean, ssd, kn = [], [], [], [], [], [], [], []
+    thr, lo, hi, bott, rate, smean, ssd, kn, work = [], [], [], [], [], [], [], [], []
     for (cloud, gpu, g, net, spot), k in keys.items():
         m = int(kind_m[k])
         if m < 1:
@@ -105,6 +116,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         hi.append(h[:m])
         bott.extend(b[:m])
         kn.append(n)
+        work.append(job.work(n, n * g))
         if spot:
             rev = _deps.revocation(cloud, gpu)
             rate.append(n * rev.rate_per_s)
@@ -117,7 +129,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
     offset = np.concatenate([[0], np.cumsum(np.maximum(kind_m, 0))])
     thr_k, rate_k = cat(thr), cat(rate)
-    a = risk.assess(job.samples, thr_k, cat(lo), cat(hi), rate_k, cat(smean), cat(ssd), job.checkpoint_s,
+    a = risk.assess(cat(work), thr_k, cat(lo), cat(hi), rate_k, cat(smean), cat(ssd), job.checkpoint_s,
                     deadline_s=job.deadline_s, confidence=job.confidence)
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
@@ -126,7 +138,8 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     n_a = cat(kn).astype(int)[g] if g.size else np.zeros(0, int)
     price = np.array([c.price_usd_per_hour for c in cands])
     bott_a = np.array(bott, dtype=object)
-    return Columns(cand=cand_a, n=n_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
+    work_a = cat(work)[g] if g.size else np.zeros(0)
+    return Columns(cand=cand_a, n=n_a, work=work_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
                    price_rate=n_a * price[cand_a] if g.size else np.zeros(0), rate=rate_k[g],
                    stall_mean_s=cat(smean)[g], stall_sd_s=cat(ssd)[g], time_mean_s=a.time_mean_s[g],
                    time_q_s=a.time_q_s[g], time_p95_s=a.time_p95_s[g],

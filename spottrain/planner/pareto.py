@@ -32,7 +32,7 @@ def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None) -> 
 
     sub = _subset(ctx.cols, mask)
     lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
-    ok = homogeneous_feasible(sub, ctx.cands, lim, ctx.work, None)
+    ok = homogeneous_feasible(sub, ctx.cands, lim, 1.0, None)
     idx = np.flatnonzero(ok)
     t = sub.time_mean_s[idx]
     c = sub.cost_usd[idx]

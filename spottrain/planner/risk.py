@@ -79,7 +79,7 @@ class Assessment:
 
 
 def assess(
-    work: float,
+    work: float | np.ndarray,
     thr: np.ndarray,
     low: np.ndarray,
     high: np.ndarray,
@@ -92,8 +92,10 @@ def assess(
     confidence: float = 0.95,
     launch_s: float = LAUNCH_S,
 ) -> Assessment:
-    """Assess clusters: see the module docstring for the model."""
+    """Assess clusters: see the module docstring for the model. ``work`` (samples) may differ per
+    cluster (a target loss); ``inf`` = never reaches it."""
     thr = np.asarray(thr, dtype=float)
+    work = np.asarray(work, dtype=float)
     rate = np.maximum(np.asarray(rate, dtype=float), 0.0)
     sigma = sigma_from_interval(thr, np.asarray(low, float), np.asarray(high, float))
     stall_mean_s = np.asarray(stall_mean_s, float)
@@ -105,7 +107,8 @@ def assess(
         mean_l = tau / 2.0 + r
         mean_l2 = tau**2 / 3.0 + tau * r + r**2 + stall_sd_s**2
         rho = rate * mean_l
-        finishes = (rho < 1.0) & (thr > 0)
+        finishes = (rho < 1.0) & (thr > 0) & np.isfinite(work)
+        work = np.where(np.isfinite(work), work, 1.0)
         one_m = np.where(finishes, 1.0 - rho, 1.0)
         a = overhead / one_m
         m0 = work / np.where(thr > 0, thr, 1.0)
