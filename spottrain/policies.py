@@ -197,12 +197,78 @@ def deadline_margin(state: JobState) -> Decision:
     return uniform_progress(state)
 
 
+RETURN_BUFFER_SWITCHES = 3.0
+"""Slack :func:`deadline_return` keeps for going back to spot, in round trips spot -> on-demand -> spot."""
+
+
+def _fallback_slack(state: JobState) -> tuple[float, float]:
+    """``(slack_s, switch_s)``: time to spare if the rest ran on the on-demand fallback from the
+    next switch, and what one switch to it costs (start-up of the fallback + one restart)."""
+    od_rate = sum(o.throughput for o in state.on_demand_fallback)
+    od_delay = max(o.delay_s for o in state.on_demand_fallback)
+    need_s = state.remaining_samples / max(od_rate, 1e-12) + state.restart_overhead_s
+    assert state.deadline_s is not None
+    return state.deadline_s - state.now_s - need_s - od_delay, od_delay + state.restart_overhead_s
+
+
+def deadline_return(state: JobState) -> Decision:
+    """Deadline-aware like :func:`deadline_margin`, but on-demand only while spot is away.
+
+    :func:`deadline_margin` waits for spot until the slack is gone and then stays on-demand to the
+    end, even if spot capacity is back minutes later. This policy keeps a buffer of
+    :data:`RETURN_BUFFER_SWITCHES` switch costs above the margin: once the slack falls into that
+    buffer it moves to the on-demand fallback, keeps a request for the plan's spot nodes open
+    (the cloud grants them when it has capacity again) and, when they have joined, releases the
+    on-demand nodes - as long as the slack left still pays for another switch. Each round trip
+    spends some of the buffer, so the number of returns is bounded and the deadline holds like
+    :func:`deadline_margin`'s.
+    """
+    planned_spot = [n for n in state.planned if n.spot]
+    if state.deadline_s is None or not state.on_demand_fallback or not planned_spot:
+        return replace_same(state)
+    if state.event == "notice":
+        return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
+    margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
+    slack, switch_s = _fallback_slack(state)
+    slack -= margin
+    buffer_s = RETURN_BUFFER_SWITCHES * switch_s
+    spot_live = [n for n in state.nodes if n.spot]
+    od_live = [n for n in state.nodes if not n.spot]
+    if od_live:
+        # on the fallback: back to spot once the plan's spot nodes have joined
+        if len(spot_live) >= len(planned_spot):
+            if slack >= switch_s:
+                return Decision(release=tuple(n.node_id for n in od_live),
+                                reason=f"spot is back, slack {slack:.0f}s: release the on-demand fallback")
+            return Decision(release=tuple(n.node_id for n in spot_live),
+                            reason=f"spot is back but slack {slack:.0f}s is too short: stay on-demand")
+        if state.pending == 0 and slack >= 2 * switch_s and state.event in ("tick", "joined", "revoked"):
+            wanted = tuple(o for o in (_same_as(state, n) for n in planned_spot) if o is not None)
+            if wanted:
+                return Decision(request=wanted, reason="on-demand with slack to spare: ask for spot again")
+        return Decision()
+    if slack <= buffer_s and state.event in ("revoked", "tick", "price_change") and len(spot_live) < len(planned_spot):
+        return Decision(
+            switch_to_on_demand=True, request=state.on_demand_fallback,
+            release=tuple(n.node_id for n in spot_live), checkpoint_now=True,
+            reason=f"spot short and slack {slack:.0f}s within the buffer: on-demand until spot is back",
+        )
+    if slack <= 0 and state.event in ("revoked", "tick", "price_change"):
+        return Decision(
+            switch_to_on_demand=True, request=state.on_demand_fallback,
+            release=tuple(n.node_id for n in spot_live), checkpoint_now=True,
+            reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
+        )
+    return replace_same(state)
+
+
 POLICIES: dict[str, Policy] = {
     "replace-same": replace_same,
     "replace-cheapest": replace_cheapest,
     "no-replace": no_replace,
     "uniform-progress": uniform_progress,
     "deadline-margin": deadline_margin,
+    "deadline-return": deadline_return,
 }
 
 

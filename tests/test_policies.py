@@ -56,3 +56,52 @@ def test_deadline_margin_switches_earlier_than_uniform_progress():
     s = state(deadline_s=1000.0 + 2500.0 + 30.0 + 120.0 + 300.0, on_demand_fallback=od)
     assert not uniform_progress(s).switch_to_on_demand
     assert get_policy("deadline-margin")(s).switch_to_on_demand
+
+
+def _od():
+    return tuple(option(spot=False, price=3.06) for _ in range(4))
+
+
+def test_deadline_return_goes_on_demand_within_its_buffer_while_spot_is_short():
+    # need 2500 s on-demand + 30 s restart + 120 s start-up; deadline 4500 s -> slack 850 s,
+    # margin 450 s (10% of the deadline) -> 400 s left, inside the buffer of 3 x 150 s.
+    s = state(deadline_s=4500.0, on_demand_fallback=_od())
+    assert not get_policy("deadline-margin")(s).switch_to_on_demand
+    d = get_policy("deadline-return")(s)
+    assert d.switch_to_on_demand and len(d.request) == 4 and set(d.release) == {"n0", "n1", "n2"}
+    # with the whole spot cluster alive there is nothing to fall back from
+    full = state(deadline_s=4500.0, on_demand_fallback=_od(), nodes=tuple(node(i) for i in range(4)), event="tick")
+    assert not get_policy("deadline-return")(full).switch_to_on_demand
+
+
+def test_deadline_return_replaces_like_replace_same_when_slack_is_ample():
+    s = state(deadline_s=100_000.0, on_demand_fallback=_od())
+    d = get_policy("deadline-return")(s)
+    assert not d.switch_to_on_demand and len(d.request) == 1 and d.request[0].spot
+
+
+def test_deadline_return_asks_for_spot_again_only_with_slack_to_spare():
+    on_od = tuple(node(10 + i, spot=False) for i in range(4))
+    roomy = state(event="tick", nodes=on_od, deadline_s=4700.0, on_demand_fallback=_od())  # slack 580 s >= 2 x 150
+    d = get_policy("deadline-return")(roomy)
+    assert len(d.request) == 4 and all(o.spot for o in d.request) and not d.release
+    assert get_policy("deadline-return")(state(event="tick", nodes=on_od, deadline_s=4700.0, on_demand_fallback=_od(),
+                                                pending=4)).request == ()
+    short = state(event="tick", nodes=on_od, deadline_s=4350.0, on_demand_fallback=_od())  # slack 265 s < 300 s
+    assert get_policy("deadline-return")(short).request == ()
+
+
+def test_deadline_return_releases_on_demand_when_spot_is_back():
+    both = tuple(node(10 + i, spot=False) for i in range(4)) + tuple(node(i) for i in range(4))
+    d = get_policy("deadline-return")(state(event="joined", nodes=both, deadline_s=4700.0, on_demand_fallback=_od()))
+    assert set(d.release) == {"n10", "n11", "n12", "n13"}
+    # too little slack left for another fall-back: keep on-demand, let the spot nodes go
+    d = get_policy("deadline-return")(state(event="joined", nodes=both, deadline_s=4200.0, on_demand_fallback=_od()))
+    assert set(d.release) == {"n0", "n1", "n2", "n3"}
+
+
+def test_deadline_return_leaves_on_demand_plans_alone():
+    od_plan = tuple(node(i, spot=False) for i in range(4))
+    s = state(event="tick", nodes=od_plan, planned=od_plan, deadline_s=3000.0, on_demand_fallback=_od())
+    d = get_policy("deadline-return")(s)
+    assert not d.switch_to_on_demand and not d.request and not d.release

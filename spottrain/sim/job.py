@@ -46,7 +46,7 @@ from spottrain.sim import _deps
 from spottrain.sim.core import Environment, Interrupt
 
 INF = math.inf
-TICK_POLICIES = {"uniform-progress", "deadline-margin"}
+TICK_POLICIES = {"uniform-progress", "deadline-margin", "deadline-return"}
 """Policies that look at periodic ticks; the others are asked only on real events."""
 
 

@@ -1,0 +1,157 @@
+"""Hindsight: how far a plan is from the best plan one could have picked knowing the traces.
+
+Every plan of a candidate set is simulated on the *same* runs (common random numbers: run ``i``
+of every plan uses the same seed, hence the same offset into a trace of the same length), each
+with its own policy and its own revocation source (a replayed trace of its instance type; plans
+without spot nodes need none). Two references follow:
+
+- **hindsight-optimal plan** (a fixed choice made knowing the traces): the candidate with the
+  least mean simulated cost among those whose simulated deadline-met rate over the runs is at
+  least the confidence. It is the plan a planner with a perfect revocation model would pick.
+- **per-run oracle** (stricter, a lower bound no plan reaches): for each run, the least cost
+  among the candidates that met the deadline in that run; the mean over runs. Runs where no
+  candidate met the deadline are left out (and counted).
+
+>>> from spottrain.sim.hindsight import simulate_plans, hindsight           # doctest: +SKIP
+>>> outcomes = simulate_plans(plans, trace_for=lambda p: "bamboo-aws-p3", runs=200)
+>>> h = hindsight(outcomes, confidence=0.95)
+>>> h.best.label, h.best.mean_cost_usd, h.oracle_mean_cost_usd
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spottrain.plan import Plan
+from spottrain.sim.job import SimParams, SimSetup
+from spottrain.sim.montecarlo import make_source, run_seed
+
+INF = math.inf
+
+
+class NoRevocations:
+    """The revocation source of a cluster without spot nodes: nothing is ever revoked."""
+
+    kind = "none"
+    description = "no spot nodes: no revocations"
+    mean_up_fraction = 1.0
+
+    def for_run(self, rng: np.random.Generator) -> "NoRevocations":
+        return self
+
+    def acquire_time(self, t: float, slot: int) -> float:
+        return t
+
+    def revoke_time(self, t: float, slot: int) -> float:
+        return INF
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOutcome:
+    """One plan simulated over ``runs`` runs."""
+
+    label: str
+    plan: Plan
+    source: str
+    """Where its revocations came from (trace name, or none)."""
+    cost_usd: np.ndarray
+    """Cost of each run."""
+    met: np.ndarray
+    """Whether each run met the deadline."""
+    makespan_s: np.ndarray
+
+    @property
+    def mean_cost_usd(self) -> float:
+        return float(self.cost_usd.mean())
+
+    @property
+    def met_rate(self) -> float:
+        return float(self.met.mean())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hindsight:
+    best: PlanOutcome | None
+    """Cheapest candidate (mean cost) whose deadline-met rate >= confidence; None if none does."""
+    oracle_mean_cost_usd: float
+    """Mean over runs of the cheapest candidate meeting the deadline in that run."""
+    oracle_runs: int
+    """Runs in which at least one candidate met the deadline (the oracle's mean is over these)."""
+    runs: int
+    candidates: int
+
+
+def plan_label(plan: Plan) -> str:
+    return " + ".join(f"{g.count}x {g.instance_type} {'spot' if g.spot else 'on-demand'}" for g in plan.groups)
+
+
+def setup_for(plan: Plan, trace: str | None, params: SimParams | None = None) -> SimSetup:
+    """A simulation set-up of ``plan`` with its own policy: trace replay when it has spot nodes."""
+    params = params or SimParams()
+    if any(g.spot for g in plan.groups):
+        source = make_source(plan, trace=trace, model=trace is None, params=params)
+    else:
+        source = NoRevocations()
+    return SimSetup(plan=plan, policy_name=plan.policy, source=source, params=params)
+
+
+_FORKED: list[SimSetup] = []
+
+
+def _run_one(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    k, seed, runs = args
+    setup = _FORKED[k]
+    rs = [setup.run(run_seed(seed, i)) for i in range(runs)]
+    return (np.array([r.cost_usd for r in rs]), np.array([bool(r.deadline_met) for r in rs]),
+            np.array([r.makespan_s if r.finished else INF for r in rs]))
+
+
+def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | None], runs: int = 200,
+                   seed: int = 0, params: SimParams | None = None, workers: int | None = None,
+                   labels: Sequence[str] | None = None) -> list[PlanOutcome]:
+    """Simulate every plan on the same ``runs`` seeds; ``trace_for(plan)`` names the trace that
+    replays its spot nodes (None: lifetimes sampled from the fitted model)."""
+    setups, sources = [], []
+    for p in plans:
+        has_spot = any(g.spot for g in p.groups)
+        trace = trace_for(p) if has_spot else None
+        setups.append(setup_for(p, trace, params))
+        sources.append(trace if trace else ("fitted lifetime model" if has_spot else "none (on-demand)"))
+    workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
+    jobs = [(k, seed, runs) for k in range(len(setups))]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+
+        _FORKED[:] = setups
+        with mp.get_context("fork").Pool(workers) as pool:
+            out = pool.map(_run_one, jobs, chunksize=1)
+        _FORKED.clear()
+    else:
+        _FORKED[:] = setups
+        out = [_run_one(j) for j in jobs]
+        _FORKED.clear()
+    labels = list(labels) if labels is not None else [plan_label(p) for p in plans]
+    return [PlanOutcome(label=lab, plan=p, source=src, cost_usd=c, met=m, makespan_s=t)
+            for lab, p, src, (c, m, t) in zip(labels, plans, sources, out)]
+
+
+def hindsight(outcomes: Sequence[PlanOutcome], *, confidence: float) -> Hindsight:
+    """The hindsight-optimal plan and the per-run oracle over ``outcomes`` (same runs each)."""
+    if not outcomes:
+        raise ValueError("no candidates")
+    runs = len(outcomes[0].cost_usd)
+    ok = [o for o in outcomes if o.met_rate >= confidence - 1e-12]
+    best = min(ok, key=lambda o: (o.mean_cost_usd, o.label)) if ok else None
+    cost = np.stack([o.cost_usd for o in outcomes])
+    met = np.stack([o.met for o in outcomes])
+    masked = np.where(met, cost, INF).min(axis=0)
+    hit = np.isfinite(masked)
+    oracle = float(masked[hit].mean()) if hit.any() else math.nan
+    return Hindsight(best=best, oracle_mean_cost_usd=oracle, oracle_runs=int(hit.sum()), runs=runs,
+                     candidates=len(outcomes))
