@@ -36,7 +36,8 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
 
   (a per-tensor RPC / apply cost, spread over k servers, plus push and pull of the bytes; kappa < 1
   when the variables do not split evenly over the servers). A worker node cycles between
-  ``Z_i = t_comp_i + t_intra_i + 2 S / B_nic_i`` (its own compute and transfer) and the servers.
+  ``Z_i = t_comp_i + t_intra_i + 2 S / B_nic_i`` (its own compute and transfer, the transfer overlapping
+  the compute by a fraction phi_ps) and the servers.
   *Asynchronous* training is a closed queueing network of N workers and one queueing station of
   demand D; exact mean-value analysis gives the update rate X(N) (1 / (Z + D) for one worker,
   approaching the servers' capacity 1 / D smoothly as N grows, the queueing that spotDNN's
@@ -201,10 +202,12 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_nic = 2.0 * S / net
     # A worker's own transfer and the servers' work on its update are the same bytes moving: the
     # worker waits for the slower of the two; the PS queue (below) accounts for D, Z only for the
-    # excess of the worker's link. Pulls and pushes overlap the forward / backward pass by phi_ps.
+    # excess of the worker's link. The worker's own pulls and pushes overlap its forward / backward
+    # pass by phi_ps; the servers' time does not: it is the response time R the queue adds to every
+    # cycle (crediting overlap against D as well counted it twice and made one busy PS look fast).
     t_move = np.maximum(t_nic, D[:, None])
     phi_ps = float(np.clip(g["phi_ps"], 0.0, 1.0))
-    Z = t_comp + t_intra + (t_move - D[:, None]) - phi_ps * np.minimum(t_move, t_comp)
+    Z = t_comp + t_intra + (t_move - D[:, None]) - phi_ps * np.minimum(t_nic, t_comp)
     inv = np.where(present, enc.cnt / (Z + D[:, None]), 0.0).sum(axis=1)
     Z_eff = N / inv - D
     X, R = mva(Z_eff, D, N)
@@ -294,7 +297,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     Z = []
     for c, i, n in zip(tc, ti, tn):
         move = max(n, D)
-        Z.append(c + i + (move - D) - phi_ps * min(move, c))
+        Z.append(c + i + (move - D) - phi_ps * min(n, c))
     Z_max = max(Z)
     if asyn:
         inv = sum(gr.count / (z + D) for gr, z in zip(groups, Z))
