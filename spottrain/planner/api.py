@@ -289,7 +289,7 @@ def objective_of(ctx: Context) -> str:
 
 
 def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None = None,
-          stats: SolveStats | None = None) -> Outcome | None:
+          stats: SolveStats | None = None, time_limit_s: float = 1.0) -> Outcome | None:
     """Best plan: exact homogeneous enumeration, then the lazy MILP over mixes."""
     cols, limits = ctx.cols, ctx.limits
     if max_kinds is not None:
@@ -309,25 +309,29 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     job = ctx.job
 
     def group_cap(members: list[int], m: int) -> np.ndarray:
-        """Best effective throughput of N = 1..m nodes of one kind of the group (exact risk model)."""
-        c = ctx.cands[members[0]]
-        thr, lo, hi, _ = _deps.throughput_curve(job.workload, c.gpu, c.gpus_per_node, c.network_gbps, m,
-                                                 sync=job.sync, ps=job.ps)
+        """A bound on the effective throughput of any synchronous mix of N = 1..m nodes of the group:
+        N nodes of its fastest kind (the mix waits for its slowest GPU) revoked at the least rate of
+        its members (none when one is on demand), under the exact risk model."""
         n = np.arange(1, m + 1)
-        best = np.zeros(m)
-        for spot in sorted({ctx.cands[i].spot for i in members}):
-            if spot:
-                rev = _deps.revocation(c.cloud, c.gpu)
-                rate, sm, sd = n * rev.rate_per_s, REGROUP_S + rev.restart_mean_s / n, rev.restart_sd_s / n
-            else:
-                rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
-            a = risk.assess(job.work(n, n * c.gpus_per_node), thr, lo, hi, rate, sm, sd, job.checkpoint_s)
+        revs = [_deps.revocation(ctx.cands[i].cloud, ctx.cands[i].gpu) for i in members if ctx.cands[i].spot]
+        if len(revs) < len(members):
+            rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
+        else:
+            r_min = min(r.rate_per_s for r in revs)
+            rate = n * r_min
+            sm = REGROUP_S + min(r.restart_mean_s for r in revs) / n
+            sd = min(r.restart_sd_s for r in revs) / n
+        out = []
+        for shape in sorted({ctx.cands[i].shape for i in members}):
+            gpu, g, net = shape
+            thr, lo, hi, _ = _deps.throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
+            a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s)
             e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
-            best = np.maximum(best, e)
-        return best * (1 + 1e-9)
+            out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
+        return out
 
     return solve_mix(sub, ctx.cands, limits, ONE_JOB, objective, incumbent, ctx.evaluate, traffic, stats=stats,
-                     group_cap=group_cap)
+                     group_cap=group_cap, time_limit_s=time_limit_s)
 
 
 def _subset(cols: Columns, mask: np.ndarray | None) -> Columns:

@@ -7,9 +7,10 @@ Sets
 - ``J``: columns ``j = (i, n)``: ``n`` nodes of candidate ``i``, ``1 <= n <= min(max_nodes,
   quota_i)`` (spotDNN bounds the worker counts per type; we bound them by quota and max nodes).
 - ``G``: placement groups. All nodes of a plan share a group: the same cloud and region
-  (data locality, one network), and in synchronous training also the same GPU and GPUs per
-  node (every step waits for the slowest GPU, so mixing GPU models only pays off in
-  asynchronous PS training, as in spotDNN).
+  (data locality, one network), and in synchronous training also the same GPUs per node. A
+  synchronous mix of GPU models runs at the slowest worker (the performance model's mix rule:
+  the slowest compute, the total GPUs' all-reduce over the slowest network), which pays off
+  when a quota caps the cheapest type; asynchronous PS mixes anything (spotDNN).
 
 Parameters (per column, from the models; :mod:`spottrain.planner.columns`)
 --------------------------------------------------------------------------
@@ -45,9 +46,10 @@ Constraints
 9. Mix throughput: ``e <= sum_j E_j x_j`` and, in synchronous training (a group's nodes have the
    same GPU, GPUs per node and network), ``sum_N y_(g,N) = z_g``,
    ``sum_N N y_(g,N) = sum_{j in g} n_j x_j`` and ``e <= sum_(g,N) Ebar_g(N) y_(g,N)``, with
-   ``Ebar_g(N)`` the best effective throughput of N nodes of one kind of the group: a mix of N
-   identical-performance nodes is no faster than N of them, and its revocation rate (spot nodes
-   of one cloud and GPU share a lifetime model) is at least that of the least-revoked kind.
+   ``Ebar_g(N)`` the best effective throughput of N nodes of one kind of the group: a synchronous
+   mix of N nodes with the same GPUs per node is no faster than N nodes of its fastest kind (its
+   compute waits for the slowest GPU, its all-reduce moves the same bytes over the slowest
+   network), and its revocation losses are at least those of an all-on-demand cluster.
 
 Objectives
 ----------
@@ -152,8 +154,11 @@ class SolveStats:
 
 
 def group_keys(cands: Sequence[Candidate], same_gpu: bool) -> list[tuple]:
+    """Placement group of each candidate. ``same_gpu`` (synchronous training): nodes with the same
+    GPUs per node may mix (any GPU model; every step waits for the slowest); else (asynchronous
+    PS) any node of the cloud and region."""
     if same_gpu:
-        return [(c.cloud, c.region, c.gpu, c.gpus_per_node, c.network_gbps) for c in cands]
+        return [(c.cloud, c.region, c.gpus_per_node) for c in cands]
     return [(c.cloud, c.region) for c in cands]
 
 
@@ -209,28 +214,59 @@ class MixProblem:
         nx, ng = self.j.size, len(gkeys)
         M = int(limits.max_nodes) if group_cap is not None else 0
         ny = ng * M
-        self.nx, self.ng, self.ny = nx, ng, ny
-        self.nvar = nx + ng + ny + 1
+        # per-group caps: one curve per node shape of the group (a synchronous mix runs no faster
+        # than N nodes of its slowest shape); u_s = 1 when shape s is in the plan
+        shape_caps: list[tuple[int, np.ndarray, np.ndarray]] = []  # (group, member mask over x, curve)
+        self.cap = None
+        if M:
+            self.cap = np.zeros((ng, M))
+            members: dict[int, set[int]] = {}
+            for k, i in enumerate(cand):
+                members.setdefault(int(grp[k]), set()).add(int(i))
+            for g in range(ng):
+                caps = group_cap(sorted(members[g]), M)
+                if isinstance(caps, np.ndarray):
+                    caps = [(set(members[g]), caps)]
+                self.cap[g] = np.max([c for _, c in caps], axis=0)
+                if len(caps) > 1:
+                    for ids, curve in caps:
+                        shape_caps.append((g, np.isin(cand, list(ids)), np.asarray(curve, float)))
+        nu = len(shape_caps)
+        self.nx, self.ng, self.ny, self.nu = nx, ng, ny, nu
+        self.nvar = nx + ng + ny + nu + 1
         self.grp, self.n = grp, n
         E = self._q(cols.time_mean_s[self.j])
         self.E, self.P = E, cols.price_rate[self.j]
-        rows, lo, hi = [], [], []
+        # sparse rows: (row, column, value) triplets; a dense matrix would need rows x columns
+        # memory (thousands of candidates x tens of thousands of columns)
+        ri: list[np.ndarray] = []
+        ci: list[np.ndarray] = []
+        vi: list[np.ndarray] = []
+        lo, hi = [], []
 
-        def add(xpart=None, zpart=None, ypart=None, epart=0.0, l=-np.inf, h=np.inf):
-            row = np.zeros(self.nvar)
-            if xpart is not None:
-                row[:nx] = xpart
-            if zpart is not None:
-                row[nx:nx + ng] = zpart
-            if ypart is not None:
-                row[nx + ng:nx + ng + ny] = ypart
-            row[-1] = epart
-            rows.append(row)
+        def add(xpart=None, zpart=None, ypart=None, epart=0.0, l=-np.inf, h=np.inf, upart=None):
+            r = len(lo)
+            for part, off in ((xpart, 0), (zpart, nx), (ypart, nx + ng), (upart, nx + ng + ny)):
+                if part is not None:
+                    part = np.asarray(part, float)
+                    nz = np.flatnonzero(part)
+                    ri.append(np.full(nz.size, r))
+                    ci.append(nz + off)
+                    vi.append(part[nz])
+            if epart:
+                ri.append(np.array([r]))
+                ci.append(np.array([self.nvar - 1]))
+                vi.append(np.array([float(epart)]))
             lo.append(l)
             hi.append(h)
 
-        for i in np.unique(cand):
-            add(xpart=(cand == i).astype(float), h=1.0)
+        # one count per candidate: a row per candidate, built at once
+        uc, inv = np.unique(cand, return_inverse=True)
+        ri.append(inv.astype(int))
+        ci.append(np.arange(nx))
+        vi.append(np.ones(nx))
+        lo.extend([-np.inf] * uc.size)
+        hi.extend([1.0] * uc.size)
         for g in range(ng):
             zp = np.zeros(ng)
             zp[g] = -limits.max_kinds
@@ -252,14 +288,8 @@ class MixProblem:
         if traffic is not None and limits.ps_capacity_bytes_per_s is not None:
             add(xpart=traffic[self.j], h=limits.ps_capacity_bytes_per_s)
         add(xpart=-E, epart=1.0, h=0.0)  # e <= sum of parts
-        self.cap = None
         if M:
-            self.cap = np.zeros((ng, M))
-            members: dict[int, set[int]] = {}
-            for k, i in enumerate(cand):
-                members.setdefault(int(grp[k]), set()).add(int(i))
             for g in range(ng):
-                self.cap[g] = group_cap(sorted(members[g]), M)
                 yg = np.zeros(ny)
                 yg[g * M:(g + 1) * M] = 1.0
                 zp = np.zeros(ng)
@@ -269,12 +299,23 @@ class MixProblem:
                 yn[g * M:(g + 1) * M] = -np.arange(1, M + 1)
                 add(xpart=n * (grp == g), ypart=yn, l=0.0, h=0.0)
             add(ypart=-self.cap.reshape(-1), epart=1.0, h=0.0)  # e <= thr_g(N)
+            big = float(self.cap.max()) * 2.0 + 1.0
+            for s_idx, (g, in_shape, curve) in enumerate(shape_caps):
+                u = np.zeros(nu)
+                u[s_idx] = -float(limits.max_kinds)
+                add(xpart=in_shape.astype(float), upart=u, h=0.0)  # u_s = 1 when a column of shape s is chosen
+                yc = np.zeros(ny)
+                yc[g * M:(g + 1) * M] = -curve
+                u = np.zeros(nu)
+                u[s_idx] = big
+                add(ypart=yc, upart=u, epart=1.0, h=big)  # e <= thr_s(N) when shape s is present
         if limits.budget_usd is not None:
             add(xpart=self.P * work / 3600.0, epart=-limits.budget_usd, h=0.0)
         if limits.hard_cap_usd is not None:
             e95 = self._q(cols.time_p95_s[self.j])
             add(xpart=self.P * work / 3600.0 - limits.hard_cap_usd * e95, h=0.0)
-        self.A = sparse.csr_matrix(np.array(rows))
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+        self.A = sparse.csr_matrix((cat(vi, float), (cat(ri, int), cat(ci, int))), shape=(len(lo), self.nvar))
         self.lo, self.hi = np.array(lo, float), np.array(hi, float)
         self.cuts: list[tuple[np.ndarray, float]] = []
         self.calls = 0
@@ -436,6 +477,28 @@ def prune(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float
     return keep
 
 
+MAX_MILP_COLUMNS = 3000
+"""Columns beyond which HiGHS's presolve alone takes seconds (an on-demand share keeps every
+on-demand column alive); the MILP then sees the most promising ones and the answer is no longer
+proven optimal (``SolveStats.proven_optimal``)."""
+
+
+def _most_promising(cols: Columns, keep: np.ndarray, work: float, objective: str,
+                    incumbent: Outcome | None) -> np.ndarray:
+    """The :data:`MAX_MILP_COLUMNS` kept columns with the best reduced cost against the incumbent
+    (min-cost: ``P_j - lambda* E_j``; else the highest effective throughput)."""
+    idx = np.flatnonzero(keep)
+    E = np.divide(work, cols.time_mean_s[idx], out=np.zeros(idx.size), where=np.isfinite(cols.time_mean_s[idx]))
+    if objective == "min-cost":
+        lam = incumbent.price_rate / (work / incumbent.time_mean_s) if incumbent is not None else 0.0
+        score = cols.price_rate[idx] - lam * E if incumbent is not None else cols.price_rate[idx] / np.maximum(E, 1e-300)
+    else:
+        score = -E
+    out = np.zeros(keep.size, bool)
+    out[idx[np.argsort(score, kind="stable")[:MAX_MILP_COLUMNS]]] = True
+    return out
+
+
 def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float, objective: str,
               incumbent: Outcome | None, evaluate: Callable[[Picks], Outcome], traffic: np.ndarray | None,
               *, max_iterations: int = 40, time_limit_s: float = 1.0, stats: SolveStats | None = None,
@@ -446,6 +509,10 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     keep = prune(cols, cands, limits, work, objective, incumbent)
     stats.columns_total = cols.size
     stats.columns_after_pruning = int(keep.sum())
+    if keep.sum() > MAX_MILP_COLUMNS:
+        keep = _most_promising(cols, keep, work, objective, incumbent)
+        stats.proven_optimal = False
+        stats.notes.append(f"MILP over the {MAX_MILP_COLUMNS} most promising of {stats.columns_after_pruning} columns")
     best = incumbent
     if not keep.any():
         stats.seconds += time.perf_counter() - t0

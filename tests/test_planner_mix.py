@@ -1,0 +1,87 @@
+"""Synchronous heterogeneous mixes: offered when cheaper (quota on the cheapest type), never otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pytest
+
+from spottrain.perf import predict_throughput
+from spottrain.perf.workload import Workload
+from spottrain.planner.api import market_mask, prepare, solve
+from spottrain.planner.formulation import SolveStats
+from spottrain.types import ClusterGroup, ClusterSpec
+
+from test_planner_solver import SYNTHETIC, WORKLOAD, brute_force, offer  # noqa: E402
+
+ONE_GPU = [o for o in SYNTHETIC if o.gpu_count == 1] + [offer("syn.k80", "K80", 1, 0.90, 0.27)]
+"""One-GPU nodes: T4 (cheapest per sample), K80 (slower, dearer), V100 (fastest, dearest)."""
+
+
+def best_single_gpu_model(ctx, mask):
+    """Brute force over plans of one GPU model only (any markets / kinds of it)."""
+    best = None
+    for gpu in {c.gpu for c in ctx.cands}:
+        m = mask & np.array([ctx.cands[i].gpu == gpu for i in ctx.cols.cand])
+        o = brute_force(ctx, m, "min-cost")
+        if o is not None and (best is None or o.cost_usd < best.cost_usd):
+            best = o
+    return best
+
+
+@pytest.mark.parametrize("deadline_h", [16, 20, 40])
+def test_quota_on_the_cheapest_type_makes_a_sync_gpu_mix_the_optimum(deadline_h):
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=ONE_GPU, max_nodes=7,
+                  quotas={"syn.t4": 2}, sync="sync")
+    mask = market_mask(ctx, spot=False, on_demand=True)
+    stats = SolveStats()
+    got = solve(ctx, mask=mask, stats=stats, time_limit_s=60.0)
+    want, single = brute_force(ctx, mask, "min-cost"), best_single_gpu_model(ctx, mask)
+    assert want is not None and got is not None and stats.proven_optimal
+    assert got.cost_usd == pytest.approx(want.cost_usd, rel=1e-9)
+    gpus = {ctx.cands[i].gpu for i, _ in got.picks}
+    if want.cost_usd < single.cost_usd * (1 - 1e-9):
+        assert len(gpus) == 2, "the brute-force optimum mixes GPU models; the planner must find it"
+    else:
+        assert len(gpus) == 1
+
+
+def test_some_deadline_makes_the_gpu_mix_strictly_cheaper():
+    wins = 0
+    for deadline_h in (18, 20, 22):
+        ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=ONE_GPU, max_nodes=7,
+                      quotas={"syn.t4": 2})
+        mask = market_mask(ctx, spot=False, on_demand=True)
+        got, single = solve(ctx, mask=mask, time_limit_s=60.0), best_single_gpu_model(ctx, mask)
+        if got is not None and len({ctx.cands[i].gpu for i, _ in got.picks}) == 2:
+            assert single is None or got.cost_usd < single.cost_usd
+            wins += 1
+    assert wins >= 1
+
+
+def test_mix_runs_at_the_perf_models_mixed_rate():
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=10 * 3600, offers=ONE_GPU, max_nodes=6, quotas={"syn.t4": 2})
+    t4 = next(i for i, c in enumerate(ctx.cands) if c.gpu == "T4" and c.spot)
+    v = next(i for i, c in enumerate(ctx.cands) if c.gpu == "V100" and c.spot)
+    o = ctx.evaluate(((t4, 2), (v, 2)))
+    spec = ClusterSpec(groups=(ClusterGroup(count=2, gpu="T4", gpus_per_node=1),
+                               ClusterGroup(count=2, gpu="V100", gpus_per_node=1)))
+    want = predict_throughput(WORKLOAD, spec, sync="sync", network_gbps=10.0).throughput
+    assert o.thr == pytest.approx(want, rel=1e-9)
+    four_t4 = predict_throughput(WORKLOAD, ClusterSpec(groups=(ClusterGroup(count=4, gpu="T4", gpus_per_node=1),)),
+                                 sync="sync", network_gbps=10.0).throughput
+    assert o.thr <= four_t4 * 1.001  # every step waits for the slowest GPU
+
+
+@pytest.mark.parametrize("deadline_h", [6, 12, 30])
+def test_without_quota_a_homogeneous_plan_wins_and_no_mix_is_offered(deadline_h):
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=ONE_GPU, max_nodes=6)
+    mask = market_mask(ctx)
+    got = solve(ctx, mask=mask, time_limit_s=60.0)
+    want, single = brute_force(ctx, mask, "min-cost"), best_single_gpu_model(ctx, mask)
+    assert (got is None) == (want is None)
+    if want is None:
+        return
+    assert got.cost_usd == pytest.approx(want.cost_usd, rel=1e-9)
+    if single is not None and single.cost_usd <= want.cost_usd * (1 + 1e-9):
+        assert len({ctx.cands[i].gpu for i, _ in got.picks}) == 1
