@@ -27,7 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     for script in [] if collect_only else scripts:
         print(f"== {script.name}", flush=True)
-        proc = subprocess.run([sys.executable, str(script)], cwd=HERE.parent)
+        cmd = [sys.executable, str(script)]
+        if '"--write"' in script.read_text():  # scripts that write their page only when asked
+            cmd += ["--write", str((RESULTS / f"{script.stem}.md").relative_to(HERE.parent))]
+        proc = subprocess.run(cmd, cwd=HERE.parent)
         if proc.returncode != 0:
             failures.append(script.name)
     parts = [
