@@ -85,3 +85,23 @@ def test_without_quota_a_homogeneous_plan_wins_and_no_mix_is_offered(deadline_h)
     assert got.cost_usd == pytest.approx(want.cost_usd, rel=1e-9)
     if single is not None and single.cost_usd <= want.cost_usd * (1 + 1e-9):
         assert len({ctx.cands[i].gpu for i, _ in got.picks}) == 1
+
+
+def test_pareto_front_spans_markets_and_mixes_and_is_not_dominated_by_any_column():
+    from dataclasses import replace
+
+    from spottrain.planner import plan
+    from spottrain.planner.formulation import homogeneous_feasible
+
+    r = plan(WORKLOAD, samples=20e6, deadline_s=20 * 3600, offers=SYNTHETIC, max_nodes=6, baselines=False)
+    pts = sorted(r.pareto, key=lambda p: p["duration_s"])
+    assert all(a["cost_usd"] > b["cost_usd"] for a, b in zip(pts, pts[1:]))  # non-dominated, ordered
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=20 * 3600, offers=SYNTHETIC, max_nodes=6)
+    lim = replace(ctx.limits, deadline_s=None)
+    ok = homogeneous_feasible(ctx.cols, ctx.cands, lim, 1.0, None)
+    for j in np.flatnonzero(ok):  # every homogeneous cluster is matched or beaten by a front point
+        t, c = ctx.cols.time_mean_s[j], ctx.cols.cost_usd[j]
+        assert any(p["duration_s"] <= t * (1 + 1e-9) and p["cost_usd"] <= c * (1 + 1e-9) for p in pts)
+    labels = " | ".join(p["label"] for p in pts)
+    assert "spot" in labels and "on-demand" in labels
+    assert any(" + " in p["label"] for p in pts), "mixes (spot + on-demand, several types) join the front"

@@ -1,8 +1,11 @@
-"""The cost-vs-time Pareto front of the candidate clusters.
+"""The cost-vs-time Pareto front of the whole search space.
 
-Every homogeneous column is assessed exactly (expected time, expected cost), so the front of the
-homogeneous clusters is exact; the chosen plan (possibly a mix) is added and the set filtered
-again. A point is kept when no other point is both faster and cheaper.
+Every homogeneous column (each instance type, spot or on-demand, 1..max nodes) is assessed
+exactly (expected time, expected cost), so the front of the homogeneous clusters is exact. Mixes
+(spot + on-demand, several types) are added by sweeping a budget over the front's cost range and
+solving the max-throughput MILP at each budget (the fastest plan within it, mixes included), plus
+the chosen plan; the union is filtered again. A point is kept when no other point is both faster
+and cheaper. ``SWEEP_POINTS`` budgets bound the front's own latency.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ from typing import Any
 import numpy as np
 
 from spottrain.planner.formulation import Outcome, homogeneous_feasible
+
+SWEEP_POINTS = 4
+"""Budgets at which the MILP is solved to add mixes to the front."""
+SWEEP_TIME_LIMIT_S = 0.1
 
 
 def front_indices(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
@@ -25,7 +32,9 @@ def front_indices(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
     return np.array(keep, dtype=int)
 
 
-def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None) -> list[dict[str, Any]]:
+def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,
+                  sweep: bool = True) -> list[dict[str, Any]]:
+    """Non-dominated ``{label, duration_s, cost_usd}`` points, ordered by time (module docstring)."""
     from dataclasses import replace
 
     from spottrain.planner.api import _subset, describe
@@ -42,6 +51,37 @@ def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None) -> 
            for j in idx[front_indices(t, c)]]
     if chosen is not None:
         pts.append({"label": describe(ctx, chosen), "duration_s": chosen.time_mean_s, "cost_usd": chosen.cost_usd})
+    if sweep and len(pts) >= 2 and ctx.limits.max_kinds >= 2:
+        on_front = {int(sub.cand[j]) for j in idx[front_indices(t, c)]}
+        pts.extend(_mix_points(ctx, mask, on_front, pts, describe))
     ts = np.array([p["duration_s"] for p in pts])
     cs = np.array([p["cost_usd"] for p in pts])
     return [pts[j] for j in front_indices(ts, cs)]
+
+
+def _mix_points(ctx: Any, mask: np.ndarray, on_front: set[int], pts: list[dict[str, Any]],
+                describe: Any) -> list[dict[str, Any]]:
+    """The fastest plan (mixes included) within budgets spread over the front's cost range.
+
+    The MILP sees the node kinds of the homogeneous front and their other-market twins (same
+    instance type and region, spot <-> on-demand) and every node kind of the same placement group
+    as the chosen plan: mixes of what is already efficient, which keeps each solve small."""
+    from dataclasses import replace
+
+    from spottrain.planner.api import solve
+
+    keys = {(ctx.cands[i].cloud, ctx.cands[i].instance_type, ctx.cands[i].region) for i in on_front}
+    kinds = np.array([(c.cloud, c.instance_type, c.region) in keys for c in ctx.cands], dtype=bool)
+    mask = mask & kinds[ctx.cols.cand]
+
+    costs = np.array([p["cost_usd"] for p in pts])
+    lo, hi = float(costs.min()), float(costs.max())
+    if not hi > lo:
+        return []
+    out = []
+    for budget in np.geomspace(lo, hi, SWEEP_POINTS + 2)[1:-1]:
+        lim = replace(ctx.limits, deadline_s=None, budget_usd=float(budget), hard_cap_usd=None)
+        o = solve(replace(ctx, limits=lim), mask=mask, time_limit_s=SWEEP_TIME_LIMIT_S)
+        if o is not None and len(o.picks) > 1:
+            out.append({"label": describe(ctx, o), "duration_s": o.time_mean_s, "cost_usd": o.cost_usd})
+    return out
