@@ -51,6 +51,38 @@ def latency(catalog, w):
     return cold, times, rows
 
 
+CLI = ["plan", "--model", "resnet50", "--batch-size", "64", "--epochs", "90", "--dataset-size", "1.28M",
+       "--deadline", "12h"]
+
+
+def cli_cold(runs: int = 3) -> list[float]:
+    """Wall time of whole `spottrain plan` processes (each one a cold start: imports, lifetime
+    models, perf queries, solve, baselines, Pareto front, rendering)."""
+    import subprocess
+
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "spottrain.cli.main", *CLI], capture_output=True, text=True)
+        out.append(time.perf_counter() - t)
+        assert r.returncode == 0, r.stderr
+    return out
+
+
+def pareto_latency(catalog, w, runs: int = 3) -> tuple[float, float, int, int]:
+    """Warm latency with and without the Pareto front (mixes swept), and its size / mixes."""
+    base, full = [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        plan(w, samples=SAMPLES, deadline_s=8 * 3600, catalog=catalog, baselines=False, pareto=False)
+        base.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        r = plan(w, samples=SAMPLES, deadline_s=8 * 3600, catalog=catalog, baselines=False, pareto=True)
+        full.append(time.perf_counter() - t)
+    mixes = sum(" + " in p["label"] for p in r.pareto)
+    return min(base), min(full), len(r.pareto), mixes
+
+
 def exhaustive(ctx, mask):
     cands = sorted({int(i) for i in ctx.cols.cand[mask]})
     keys = group_keys(ctx.cands, ctx.limits.same_gpu)
@@ -89,9 +121,13 @@ def small(catalog, w):
 
 
 def main() -> int:
+    cli = cli_cold()
+    print(f"cold CLI wall: {', '.join(f'{t:.2f}' for t in cli)} s")
     catalog = load_catalog()
     w = Workload.from_zoo("resnet50", 64)
     cold, times, rows = latency(catalog, w)
+    base, full, n_front, n_mix = pareto_latency(catalog, w)
+    print(f"pareto: {base:.3f} s without, {full:.3f} s with the front ({n_front} points, {n_mix} mixes)")
     med = statistics.median(times)
     print(f"cold {cold:.2f} s; warm median {med:.3f} s over {len(times)} queries")
     lines = ["| query | best plan | expected cost | expected time | columns | after pruning | MILP solves | proven optimal | latency (s) |",
@@ -124,6 +160,15 @@ def main() -> int:
         f"- warm median over {len(times)} different requests (best of 3 each): **{med:.3f} s** "
         "(goal <= 0.1 s; anchors: spotDNN 0.2-0.3 s at 70 instances, Srifty's exhaustive search up to 1,500 s)", "",
         *lines, "",
+        "## Cold start of the command", "",
+        f"`spottrain plan {' '.join(CLI[1:])}` as a fresh process, {len(cli)} runs: "
+        f"**{statistics.median(cli):.2f} s** median wall ({', '.join(f'{t:.2f}' for t in cli)} s), "
+        "goal < 3 s. Before the shipped lifetime fits (tools/fit_lifetimes.py) the same command took 5.6 s "
+        "on this machine, 4.3 s of it in bathtub-model fits.", "",
+        "## Pareto front", "",
+        f"Warm plan without the front: {base:.3f} s; with the front (homogeneous columns of both markets "
+        f"plus the fastest plan within {4} budgets swept over the front, mixes included): **{full:.3f} s**; "
+        f"{n_front} points, {n_mix} of them mixes.", "",
         "## Solver vs exhaustive search (small catalog)", "",
         "AWS us-east-1, V100/T4/A10G, up to 8 nodes, spot and on-demand, mixes of up to 3 types in one "
         "placement group; both sides use the same exact evaluation.", "",
