@@ -140,7 +140,7 @@ def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> floa
         return float(epochs) * parse_count(dataset_size, option="--dataset-size")
     curve = getattr(prof, "loss_curve", None) if prof is not None else None
     if not curve:
-        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --steps N records one)")
+        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --loss-steps N records one)")
     return None  # the planner turns the target into samples per cluster
 
 

@@ -91,7 +91,7 @@ def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
     per-GPU batch) and return the work rule. Raises :class:`InputError` naming ``--target-loss``
     when the curve is missing, cannot be fitted, or never reaches the target."""
     if not loss_curve:
-        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --steps N records one)")
+        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --loss-steps N records one)")
     if not (target_loss > 0 and math.isfinite(target_loss)):
         raise InputError(f"--target-loss: must be a positive loss, got {target_loss!r}")
     if critical_batch is not None and not critical_batch > 0:
