@@ -135,7 +135,7 @@ def _bamboo_2020_files() -> dict[str, Path]:
     out = {}
     for p in sorted((data_dir() / "bamboo-spot-traces" / "doc" / "data").glob("aws-spot-*.csv")):
         m = _BAMBOO_2020.fullmatch(p.name)
-        if m and sum(1 for _ in p.open()) > 1:  # two files hold a single row: nothing to replay
+        if m and len(p.read_text().splitlines()) > 1:  # two files hold a single row: nothing to replay
             out[f"bamboo-aws-{m['type']}.{m['size']}-{m['zone']}-2020-{m['start'][5:10]}"] = p
     return out
 
@@ -146,7 +146,7 @@ def _load_bamboo_2020(path: Path, name: str) -> Trace:
     start = dt.datetime.strptime(m["start"], "%Y-%m-%d-%H%M")
     end = dt.datetime.strptime(m["end"], "%Y-%m-%d-%H%M")
     events, prev = [], None
-    for row in csv.reader(path.open()):
+    for row in csv.reader(path.read_text().splitlines()):
         t, n = float(row[0]), float(row[1])
         if n != prev:
             events.append(TraceEvent(time_s=t, source=m["zone"], event="available", value=n))
@@ -168,7 +168,7 @@ _LIFETIME_ZONE = re.compile(r"a-(?:(?:p100|v100)-)?(?P<zone>[a-z]+-[a-z]+\d-[a-z
 def _load_transient_lifetime(gpu: str, name: str) -> Trace:
     path = data_dir() / "transient-dl" / "lifetime" / "lifetime.csv"
     section, rows = None, []
-    for row in csv.reader(path.open()):
+    for row in csv.reader(path.read_text().splitlines()):
         head = row[0].strip() if row else ""
         if head in ("K80", "P100", "V100", "Previous experiments"):
             section = head
@@ -216,12 +216,12 @@ def _load_transient_training(key: str, name: str) -> Trace:
     gpu, folder, train_file = _TRAINING[key]
     root = data_dir() / "transient-dl" / "training" / folder
     run_start: dict[tuple[str, int], float] = {}
-    for r in csv.DictReader((root / train_file).open()):
+    for r in csv.DictReader((root / train_file).read_text().splitlines()):
         k = (r["Zone"].strip(), int(r["Run"]))
         run_start[k] = min(run_start.get(k, float("inf")), float(r["Wall Time"]))
     t0 = min(run_start.values())
     events, zones, runs, roles = [], {}, {}, {}
-    for r in csv.DictReader((root / "vm_data.csv").open()):
+    for r in csv.DictReader((root / "vm_data.csv").read_text().splitlines()):
         vm = r["VM_name"].strip()
         m = _VM_NAME.fullmatch(vm)
         assert m is not None, vm
