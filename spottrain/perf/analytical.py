@@ -32,10 +32,12 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
   ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``; every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
 
-      D = ps_t * n_t / k ** kappa_t  +  2 S / (B_ps * k ** kappa)
+      D = ps_t * n_t / k  +  2 S / (B_ps * k ** kappa)
 
-  (a per-tensor RPC / apply cost, spread over k servers, plus push and pull of the bytes; kappa < 1
-  when the variables do not split evenly over the servers). A worker node cycles between
+  (a per-tensor RPC / apply cost, spread over k servers -- variables are placed round-robin, each
+  server holds n_t / k of them -- plus push and pull of the bytes; kappa < 1 when the bytes do not
+  split evenly, held in [0, 1]: k servers divide the work by k at best, which matters when a plan
+  extrapolates to more servers than were measured). A worker node cycles between
   ``Z_i = t_comp_i + t_intra_i + 2 S / B_nic_i`` (its own compute and transfer, the transfer overlapping
   the compute by a fraction phi_ps) and the servers.
   *Asynchronous* training is a closed queueing network of N workers and one queueing station of
@@ -58,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size", "w_ai", "log_tau_t",
-           "log_ps_t", "log_bps", "kappa", "kappa_t", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in")
+           "log_ps_t", "log_bps", "kappa", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -70,7 +72,7 @@ PRIOR = {
     "log_tau_t": (math.log(1e-4), 1.5),
     # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull.
     "log_ps_t": (math.log(1e-4), 1.0), "log_bps": (math.log(1.0), 1.0), "kappa": (0.7, 0.4),
-    "kappa_t": (1.0, 0.2), "log_net_eff": (math.log(0.6), 0.5), "log_link_eff": (math.log(0.6), 0.5),
+    "log_net_eff": (math.log(0.6), 0.5), "log_link_eff": (math.log(0.6), 0.5),
     "phi": (0.5, 0.3), "phi_ps": (0.5, 0.3),
     # Host input pipeline (JPEG decode + augmentation) per 224x224x3 image per GPU: a few hundred
     # microseconds of CPU work spread over the node's cores; the data sets free it (weak prior).
@@ -197,8 +199,10 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     x_ar = gpus * enc.b / T_ar
     # Parameter-server rows.
     k = np.maximum(enc.ps, 1).astype(float)
-    D = (math.exp(g["log_ps_t"]) * enc.ntens / k ** g["kappa_t"]
-         + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9 * k ** g["kappa"]))
+    # k servers divide the bytes at best by k: the split exponent stays in [0, 1].
+    kb = min(max(g["kappa"], 0.0), 1.0)
+    D = (math.exp(g["log_ps_t"]) * enc.ntens / k
+         + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9 * k ** kb))
     t_nic = 2.0 * S / net
     # A worker's own transfer and the servers' work on its update are the same bytes moving: the
     # worker waits for the slower of the two; the PS queue (below) accounts for D, Z only for the
@@ -291,8 +295,9 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_w=T), per
     k = float(max(ps, 1))
-    D = (math.exp(g["log_ps_t"]) * ntens / k ** g["kappa_t"]
-         + 2.0 * grad / (math.exp(g["log_bps"]) * 1e9 * k ** g["kappa"]))
+    kb = min(max(g["kappa"], 0.0), 1.0)
+    D = (math.exp(g["log_ps_t"]) * ntens / k
+         + 2.0 * grad / (math.exp(g["log_bps"]) * 1e9 * k ** kb))
     phi_ps = min(max(g["phi_ps"], 0.0), 1.0)
     Z = []
     for c, i, n in zip(tc, ti, tn):
