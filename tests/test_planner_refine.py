@@ -1,0 +1,175 @@
+"""Simulation-refined planning on synthetic traces (behaviour, not figures)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spottrain.perf import Workload
+from spottrain.planner import plan
+from spottrain.planner.api import plan_label, prepare
+from spottrain.planner.refine import candidate_plans, failure_free_cost_usd, refine
+from spottrain.sim.hindsight import matching_traces
+
+P3_16 = "p3.16xlarge"
+
+
+def write_synthetic(path, *, up_h: float, down_h: float, hours: float = 60.0, zone: str = "us-west-2a",
+                    instance_type: str = P3_16, gpu: str = "V100") -> str:
+    """A periodic availability trace: capacity for the whole cluster for ``up_h``, none for ``down_h``."""
+    rows, t = [], 0.0
+    while t < hours * 3600:
+        rows.append(f"{t:.0f},{zone},available,1")
+        rows.append(f"{t + up_h * 3600:.0f},{zone},available,0")
+        t += (up_h + down_h) * 3600
+    head = ["# cloud: aws", f"# gpu: {gpu}", "# kind: availability", f"# instance_type: {instance_type}",
+            f"# zone: {zone}", f"# duration_s: {t:.0f}", "time_s,source,event,value"]
+    path.write_text("\n".join(head + rows) + "\n")
+    return str(path)
+
+
+def _request(deadline_h: float = 16.0, **over):
+    w = Workload.from_zoo("resnet50", 64)
+    kw = dict(samples=90 * 1.28e6, deadline_s=deadline_h * 3600, confidence=0.95, clouds=["aws"],
+              regions=["us-west-2"], instance_types=[P3_16], max_nodes=24)
+    kw.update(over)
+    return plan(w, **kw), prepare(w, **kw)
+
+
+@pytest.fixture(scope="module")
+def request16():
+    return _request()
+
+
+@pytest.fixture()
+def synthetic_outages(tmp_path):
+    # The market of p3.16xlarge is there for 1 h, then gone for 8 h, for all nodes at once: a
+    # cluster that finishes inside one window pays little, a small one runs out of slack and
+    # finishes on on-demand nodes.
+    return write_synthetic(tmp_path / "synthetic_outages_2a.csv", up_h=1.0, down_h=8.0, hours=90)
+
+
+def test_a_bigger_cluster_that_dodges_correlated_outages_wins(request16, synthetic_outages):
+    result, ctx = request16
+    ref = refine(result, ctx, runs=20, traces=[synthetic_outages], max_candidates=16)
+    chosen, analytical = ref.plan, result.best
+    assert plan_label(ref.analytical) == plan_label(analytical)
+    # the analytical model (independent revocations) prefers the small cluster ...
+    assert ref.changed and chosen.nodes > analytical.nodes
+    by = {c.label: c for c in ref.candidates}
+    # ... which, replayed on the outages, costs more than the refined choice
+    assert by[plan_label(chosen)].mean_cost_usd < by[plan_label(analytical)].mean_cost_usd
+    # the chosen plan meets the deadline at the requested rate in simulation, and says so
+    assert chosen.prediction.p_meet_deadline >= 0.95
+    assert chosen.prediction.cost_usd == pytest.approx(by[plan_label(chosen)].mean_cost_usd)
+    assert chosen.extra["refined"]["runs"] == 20 and "synthetic_outages" in chosen.extra["refined"]["availability"]
+    # it is the cheapest of the candidates that met the rate
+    ok = [c for c in ref.candidates if c.met_rate >= 0.95]
+    assert by[plan_label(chosen)].mean_cost_usd == min(c.mean_cost_usd for c in ok)
+    assert ref.traces[P3_16] == (synthetic_outages,) and not ref.model_fallback
+    assert ref.seconds > 0 and len(ref.candidates) <= 16
+
+
+def test_exclude_drops_traces_by_zone_and_by_name(request16, tmp_path):
+    a = write_synthetic(tmp_path / "synthetic_a.csv", up_h=2, down_h=1, zone="us-west-2a")
+    b = write_synthetic(tmp_path / "synthetic_b.csv", up_h=3, down_h=1, zone="us-west-2b")
+    g = request16[0].best.groups[0]
+    assert matching_traces(g, traces=[a, b]) == [a, b]
+    assert matching_traces(g, traces=[a, b], exclude=["us-west-2a"]) == [b]
+    assert matching_traces(g, traces=[a, b], exclude=[b]) == [a]
+    result, ctx = request16
+    ref = refine(result, ctx, runs=5, traces=[a, b], exclude=["US-WEST-2B"], max_candidates=3)
+    assert ref.traces[P3_16] == (a,)
+    assert all(b not in c.availability for c in ref.candidates)
+
+
+def test_shipped_traces_match_by_instance_type():
+    result, _ = _request(deadline_h=16)
+    g = result.best.groups[0]
+    names = matching_traces(g)
+    assert names and all(n.endswith("_v100_8") for n in names)  # p3.16xlarge = 8 V100, not p3.2xlarge's _v100_1
+    held = matching_traces(g, exclude=["us-west-2a"])
+    assert held and all("us-west-2a" not in n for n in held) and len(held) < len(names)
+
+
+def test_types_without_a_trace_fall_back_to_the_fitted_model(request16, tmp_path):
+    other = write_synthetic(tmp_path / "synthetic_k80.csv", up_h=2, down_h=1, instance_type="p2.xlarge", gpu="K80")
+    result, ctx = request16
+    ref = refine(result, ctx, runs=5, traces=[other], max_candidates=3)
+    assert ref.model_fallback == (P3_16,) and ref.traces[P3_16] == ()
+    assert any("fitted lifetime model" in n for n in ref.notes)
+    spot = [c for c in ref.candidates if any(g.spot for g in c.plan.groups)]
+    assert spot and all(c.availability.startswith(f"no trace of {P3_16}") for c in spot)
+
+
+def test_deterministic_given_a_seed(request16, synthetic_outages):
+    result, ctx = request16
+    kw = dict(runs=8, traces=[synthetic_outages], max_candidates=4)
+    r1 = refine(result, ctx, seed=3, workers=1, **kw)
+    r2 = refine(result, ctx, seed=3, workers=2, **kw)
+    assert [c.to_dict() for c in r1.candidates] == [c.to_dict() for c in r2.candidates]
+    assert plan_label(r1.plan) == plan_label(r2.plan)
+    r3 = refine(result, ctx, seed=4, workers=1, **kw)
+    assert [c.mean_cost_usd for c in r3.candidates] != [c.mean_cost_usd for c in r1.candidates]
+
+
+def test_candidates_sweep_around_the_fastest_failure_free_size(request16):
+    result, ctx = request16
+    cands = candidate_plans(ctx, result)
+    labels = [plan_label(p) for _, p in cands]
+    assert len(labels) == len(set(labels)) and cands[0] == ("planner", result.best)
+    spot_sizes = {p.nodes for _, p in cands if p.groups[0].spot}
+    deadline = ctx.limits.deadline_s
+    spot = next(i for i, c in enumerate(ctx.cands) if c.spot)
+    sel = ctx.cols.cand == spot
+    n0 = int(ctx.cols.n[sel][ctx.cols.work[sel] / ctx.cols.thr[sel] <= deadline].min())
+    assert {n0, n0 + 1, n0 + 2, 2 * n0, 3 * n0} <= spot_sizes
+    assert any(not p.groups[0].spot for _, p in cands)  # on-demand sizes too
+    spot_only = candidate_plans(ctx, result, on_demand=False)
+    assert all(p.groups[0].spot for o, p in spot_only if o == "sweep")
+    assert all(p.workload.samples_total / p.prediction.throughput_samples_per_s <= deadline
+               for o, p in cands if o == "sweep")
+
+
+def test_progress_is_reported_and_the_cap_holds(request16, synthetic_outages):
+    result, ctx = request16
+    seen = []
+    ref = refine(result, ctx, runs=3, traces=[synthetic_outages], max_candidates=5, workers=1,
+                 progress=lambda done, total: seen.append((done, total)))
+    assert len(ref.candidates) == 5 and seen[-1] == (5, 5) and [d for d, _ in seen] == [1, 2, 3, 4, 5]
+    assert ref.candidates[0].origin == "planner"
+    # the safe choice (cheapest on-demand plan that meets the deadline) is always among them
+    assert any(not any(g.spot for g in c.plan.groups) for c in ref.candidates)
+    assert any("beyond the cap" in n for n in ref.notes)
+
+
+def test_budget_request_picks_the_fastest_within_budget(tmp_path):
+    trace = write_synthetic(tmp_path / "synthetic_budget.csv", up_h=3, down_h=0.5)
+    result, ctx = _request(deadline_s=None, budget_usd=150.0)
+    ref = refine(result, ctx, runs=10, traces=[trace], max_candidates=8)
+    ok = [c for c in ref.candidates if c.mean_cost_usd <= 150.0]
+    assert ok and all(c.eligible == (c.mean_cost_usd <= 150.0) for c in ref.candidates)
+    chosen = next(c for c in ref.candidates if c.label == plan_label(ref.plan))
+    assert chosen.eligible and chosen.mean_duration_s == min(c.mean_duration_s for c in ok)
+    assert chosen.met_rate is None and ref.plan.prediction.p_meet_deadline is None
+
+
+def test_bad_arguments_are_user_errors(request16):
+    from spottrain.errors import InputError
+
+    result, ctx = request16
+    with pytest.raises(InputError):
+        refine(result, ctx, runs=0)
+    with pytest.raises(InputError):
+        refine(result, ctx, max_candidates=1)
+
+
+def test_no_candidate_qualifies_keeps_the_planner_plan(tmp_path):
+    # spot capacity is never there and on-demand is not allowed: no plan finishes
+    never = tmp_path / "synthetic_never.csv"
+    never.write_text("# cloud: aws\n# gpu: V100\n# kind: availability\n# instance_type: p3.16xlarge\n"
+                     "# duration_s: 86400\ntime_s,source,event,value\n0,us-west-2a,available,0\n")
+    result, ctx = _request(deadline_s=None, budget_usd=150.0)
+    ref = refine(result, ctx, runs=3, traces=[str(never)], max_candidates=3, on_demand=False)
+    assert not any(c.eligible for c in ref.candidates) and all(c.finished_rate == 0 for c in ref.candidates)
+    assert plan_label(ref.plan) == plan_label(result.best) and not ref.changed
+    assert any("keeping the planner's plan" in n for n in ref.notes)
