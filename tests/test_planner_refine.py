@@ -173,3 +173,15 @@ def test_no_candidate_qualifies_keeps_the_planner_plan(tmp_path):
     assert not any(c.eligible for c in ref.candidates) and all(c.finished_rate == 0 for c in ref.candidates)
     assert plan_label(ref.plan) == plan_label(result.best) and not ref.changed
     assert any("keeping the planner's plan" in n for n in ref.notes)
+
+
+def test_plan_refined_runs_the_planner_and_refines_the_same_request(synthetic_outages):
+    from spottrain.planner.refine import plan_refined
+
+    w = Workload.from_zoo("resnet50", 64)
+    result, ref = plan_refined(w, samples=90 * 1.28e6, deadline_s=16 * 3600, clouds=["aws"], regions=["us-west-2"],
+                               instance_types=[P3_16], max_nodes=24, spot_only=True, runs=4,
+                               traces=[synthetic_outages], max_candidates=4)
+    assert plan_label(ref.analytical) == plan_label(result.best)
+    assert all(g.spot for c in ref.candidates for g in c.plan.groups)  # spot only: no on-demand candidates
+    assert ref.plan.deadline_s == 16 * 3600 and "refined" in ref.plan.extra

@@ -204,8 +204,8 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
 
 
 def _select(cands: list[tuple[str, Plan]], ctx: Context, cap: int) -> tuple[list[tuple[str, Plan]], int]:
-    """Drop spot candidates that cannot beat the cheapest deadline-feasible on-demand plan even
-    without a revocation, then keep at most ``cap``: the planner's plan, the cheapest on-demand
+    """Drop candidates that cannot beat the cheapest deadline-feasible on-demand plan (or fit the
+    budget) even without a revocation, then keep at most ``cap``: the planner's plan, the cheapest on-demand
     plan that meets the deadline (the safe choice), then round-robin over node kinds (each kind's
     candidates by origin, then failure-free cost), so that every kind gets its sweep before any
     kind gets its long tail of Pareto points. Returns the kept candidates and how many were
@@ -217,6 +217,8 @@ def _select(cands: list[tuple[str, Plan]], ctx: Context, cap: int) -> tuple[list
 
     od = [failure_free_cost_usd(p) for _, p in cands if on_demand_ok(p)]
     bound = min(od) if od and deadline is not None else math.inf
+    if ctx.limits.budget_usd is not None:  # no run of a plan costs less than its failure-free cost
+        bound = min(bound, ctx.limits.budget_usd)
     kept = [(o, p) for o, p in cands if o == "planner" or failure_free_cost_usd(p) <= bound * (1 + 1e-9)]
     dominated = len(cands) - len(kept)
     if len(kept) <= cap:
@@ -377,14 +379,16 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
     """``best.plan`` with its prediction replaced by the simulated figures, and a record of what was simulated."""
     p = best.plan
     pred = dataclasses.replace(
-        p.prediction, duration_s=best.mean_duration_s, duration_p95_s=best.p95_duration_s,
-        cost_usd=best.mean_cost_usd, cost_p95_usd=best.p95_cost_usd, p_meet_deadline=best.met_rate,
+        p.prediction, cost_usd=best.mean_cost_usd, cost_p95_usd=best.p95_cost_usd, p_meet_deadline=best.met_rate,
         expected_revocations=best.mean_revocations if math.isfinite(best.mean_revocations)
         else p.prediction.expected_revocations)
+    if math.isfinite(best.p95_duration_s):  # else no run finished: the analytical durations stay
+        pred = dataclasses.replace(pred, duration_s=best.mean_duration_s, duration_p95_s=best.p95_duration_s)
     record = {
         "runs": runs, "seed": seed, "candidates": len(figures), "availability": best.availability,
         "excluded": list(excluded), "seconds": round(seconds, 3), "notes": list(notes),
         "analytical": {"label": plan_label(p), **_pred_dict(p.prediction)},
+        "finished_rate": best.finished_rate,
         "planner_choice": plan_label(analytical),
     }
     met = "" if best.met_rate is None else f", deadline met in {best.met_rate:.0%} of runs"
@@ -403,3 +407,35 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
 def _pred_dict(pred: PlanPrediction) -> dict[str, Any]:
     return {"duration_s": pred.duration_s, "duration_p95_s": pred.duration_p95_s, "cost_usd": pred.cost_usd,
             "cost_p95_usd": pred.cost_p95_usd, "p_meet_deadline": pred.p_meet_deadline}
+
+
+def plan_refined(workload: Any, *, runs: int = 100, seed: int = 0, traces: Sequence[str] | None = None,
+                 exclude: Sequence[str] = (), max_candidates: int = 20, workers: int | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 **plan_kwargs: Any) -> tuple[PlanResult, Refinement]:
+    """:func:`spottrain.planner.plan` with ``plan_kwargs``, then :func:`refine` on the same
+    request (the planner's context is prepared again from the same arguments).
+
+    >>> result, ref = plan_refined(w, samples=90 * 1.28e6, deadline_s=16 * 3600, runs=100)  # doctest: +SKIP
+    >>> ref.plan.cluster, ref.changed, ref.notes                                             # doctest: +SKIP
+    """
+    from spottrain.planner.api import plan, prepare
+
+    result = plan(workload, **plan_kwargs)
+    kw = dict(plan_kwargs)
+    on_demand = bool(kw.pop("allow_on_demand", True)) and not kw.pop("spot_only", False)
+    for k in ("baselines", "pareto"):
+        kw.pop(k, None)
+    target_loss, critical_batch = kw.pop("target_loss", None), kw.pop("critical_batch", None)
+    if target_loss is not None:  # the same work rule as plan()
+        from spottrain.planner.work import target_loss_work
+
+        prof = kw.get("profile")
+        rule = target_loss_work(getattr(prof, "loss_curve", None) if prof is not None else None, target_loss,
+                                int(workload.batch_size), critical_batch=critical_batch)
+        kw["work_rule"] = rule
+        kw["samples"] = float(rule.samples(1, 1, kw.get("sync", "sync"))[0])
+    ctx = prepare(workload, **kw)
+    ref = refine(result, ctx, runs=runs, seed=seed, traces=traces, exclude=exclude, max_candidates=max_candidates,
+                 on_demand=on_demand, workers=workers, progress=progress)
+    return result, ref
