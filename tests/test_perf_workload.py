@@ -41,3 +41,16 @@ def test_parameter_server_prediction_uses_the_known_count():
     assert known.throughput > est.throughput
     assert explicit.throughput == pytest.approx(known.throughput, rel=0.05)  # same tensors; only the model effect differs
     assert isinstance(m, ThroughputModel)
+
+
+def test_measurement_rows_naming_a_zoo_model_use_its_count(tmp_path):
+    from spottrain.perf import read_measurements
+    from spottrain.perf.throughput import _Query
+
+    src = tmp_path / "m.csv"
+    src.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\n"
+                   "vgg16,32,2xV100,1,async,300,93000000000,138357544\n"
+                   "my-net,32,2xV100,1,async,300,93000000000,138357544\n")
+    zoo_row, own_row = read_measurements(str(src))
+    assert _Query.of(zoo_row).n_tensors == 32
+    assert _Query.of(own_row).n_tensors == pytest.approx(estimate_tensor_count(138357544))
