@@ -1,6 +1,6 @@
 """Plan quality on the simulator: the planner's plan vs the hindsight-optimal plan and on-demand.
 
-    .venv/bin/python bench/plan_quality.py [--quick] [--runs N] [--write bench/results/plan_quality.md]
+    .venv/bin/python bench/plan_quality.py [--quick] [--runs N] [--refine-runs N] [--write bench/results/plan_quality.md]
 
 Goal (planner): on the simulator, the chosen plan's cost within 10% of the hindsight-optimal
 plan, and >= 70% cheaper than the cheapest on-demand plan with >= 95% of deadlines met
@@ -24,7 +24,10 @@ For each request (workload x deadline) and trace set:
 - hindsight-optimal = the candidate with the least mean simulated cost among those whose
   simulated deadline-met rate on the same runs is >= the confidence (0.95);
 - per-run oracle = mean over runs of the least cost among candidates meeting the deadline in
-  that run (a lower bound no fixed plan reaches).
+  that run (a lower bound no fixed plan reaches);
+- ours, refined (held-out zone): ``spottrain.planner.refine.refine`` (100 runs per candidate,
+  its own seeds) with every trace of the scored zone excluded, so it never sees the trace it is
+  scored on; its choice is then scored like the others.
 All plans use the same seeds (common random numbers: the same offset into traces of the same
 length).
 """
