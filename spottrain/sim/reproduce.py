@@ -358,6 +358,10 @@ def reproduce_icac19(*, runs: int = 2000, seed: int = 0, calibrate: bool = False
         "0.000071 preemptible / 0.0000397 PS USD/s); preemptible P100 0.00015306 and V100 0.00023917 USD/s, "
         "recovered from the single-worker cost files (cost / duration, identical across runs)",
         "durations from step 0 to step 64,000, as measured; 1-PS K80 clusters have no cost file (one run each)",
+        "billing: we bill a revoked worker until its revocation, as the study's 4- and 8-worker K80 cost files do; its "
+        "2-worker K80 folder bills every run at the full cluster rate to the end (e.g. us-east1-c run 3 lost worker-0 "
+        "at 4,602 s of 9,651 s and is billed 9,651 s x 2 workers), so that row's predicted cost is low by the "
+        "revoked workers' idle share",
     ]
     return Reproduction(clusters=rows, ps_rows=ps_rows, notes=notes)
 
