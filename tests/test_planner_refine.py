@@ -67,6 +67,12 @@ def test_a_bigger_cluster_that_dodges_correlated_outages_wins(request16, synthet
     assert by[plan_label(chosen)].mean_cost_usd == min(c.mean_cost_usd for c in ok)
     assert ref.traces[P3_16] == (synthetic_outages,) and not ref.model_fallback
     assert ref.seconds > 0 and len(ref.candidates) <= 16
+    # the premise of the candidate pruning: no run costs less than the plan's failure-free cost, so
+    # spot plans dearer than the cheapest on-demand plan even without revocations are not simulated
+    for c in ref.candidates:
+        assert c.mean_cost_usd >= 0.98 * failure_free_cost_usd(c.plan)
+    od = min(c.failure_free_cost_usd for c in ref.candidates if not c.plan.groups[0].spot)
+    assert all(c.failure_free_cost_usd <= od * (1 + 1e-9) for c in ref.candidates if c.origin != "planner")
 
 
 def test_exclude_drops_traces_by_zone_and_by_name(request16, tmp_path):
