@@ -50,7 +50,6 @@ from _machine import machine  # noqa: E402
 from spottrain.perf import Workload  # noqa: E402
 from spottrain.plan import Plan  # noqa: E402
 from spottrain.planner import plan as make_plan  # noqa: E402
-from spottrain.planner.api import prepare  # noqa: E402
 from spottrain.planner.refine import candidate_plans, refine  # noqa: E402
 from spottrain.sim.hindsight import hindsight, plan_label, simulate_plans  # noqa: E402
 
@@ -94,12 +93,6 @@ def trace_for(zone_set: str):
     return f
 
 
-def context(req: Request):
-    w = Workload.from_zoo(req.model, req.batch_size)
-    return prepare(w, samples=req.samples, deadline_s=req.deadline_h * 3600, confidence=CONFIDENCE, clouds=["aws"],
-                   regions=["us-west-2"], instance_types=list(TYPES), max_nodes=MAX_NODES)
-
-
 def candidates(ctx, result) -> tuple[list[Plan], list[str]]:
     """Ours, runners-up, baselines, Pareto points that can meet the deadline, single-type sweeps
     (the library's candidate set of :func:`spottrain.planner.refine.candidate_plans`, with the baselines)."""
@@ -134,7 +127,7 @@ def run(requests, runs: int, zone_sets, refine_runs: int = 100) -> tuple[list[st
         t0 = time.perf_counter()
         result = make_plan(w, samples=req.samples, deadline_s=req.deadline_h * 3600, confidence=CONFIDENCE,
                            clouds=["aws"], regions=["us-west-2"], instance_types=list(TYPES), max_nodes=MAX_NODES)
-        ctx = context(req)
+        ctx = result.context
         plans, labels = candidates(ctx, result)
         t_plan = time.perf_counter() - t0
         base = {k: v for k, v in result.baselines.items() if isinstance(v, Plan)}

@@ -72,6 +72,8 @@ class PlanResult:
     """Baseline name -> its plan evaluated with our models, or why it has none."""
     explanation: str
     stats: dict[str, Any] = field(default_factory=dict)
+    context: Context | None = field(default=None, repr=False, compare=False)
+    """The request's prepared context (candidates, columns, limits), for :func:`spottrain.planner.refine.refine`."""
 
     def to_dict(self) -> dict[str, Any]:
         def point(p: Plan) -> dict[str, Any]:
@@ -455,7 +457,8 @@ def plan(
     best_plan = to_plan(ctx, best, explanation=text, extra=extra, exact_interval=True)
     front = pareto_points(ctx, mask, best) if pareto else []
     return PlanResult(best=best_plan, runners_up=[to_plan(ctx, r) for r in runners], pareto=front, baselines=base,
-                      explanation=text, stats={**extra["solver"], "total_seconds": round(time.perf_counter() - t0, 4)})
+                      explanation=text, stats={**extra["solver"], "total_seconds": round(time.perf_counter() - t0, 4)},
+                      context=ctx)
 
 
 def runners_up(ctx: Context, best: Outcome, mask: np.ndarray, k: int = 3) -> list[Outcome]:

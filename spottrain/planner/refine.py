@@ -414,28 +414,15 @@ def plan_refined(workload: Any, *, runs: int = 100, seed: int = 0, traces: Seque
                  progress: Callable[[int, int], None] | None = None,
                  **plan_kwargs: Any) -> tuple[PlanResult, Refinement]:
     """:func:`spottrain.planner.plan` with ``plan_kwargs``, then :func:`refine` on the same
-    request (the planner's context is prepared again from the same arguments).
+    request (with the context the planner prepared for it).
 
     >>> result, ref = plan_refined(w, samples=90 * 1.28e6, deadline_s=16 * 3600, runs=100)  # doctest: +SKIP
     >>> ref.plan.cluster, ref.changed, ref.notes                                             # doctest: +SKIP
     """
-    from spottrain.planner.api import plan, prepare
+    from spottrain.planner.api import plan
 
     result = plan(workload, **plan_kwargs)
-    kw = dict(plan_kwargs)
-    on_demand = bool(kw.pop("allow_on_demand", True)) and not kw.pop("spot_only", False)
-    for k in ("baselines", "pareto"):
-        kw.pop(k, None)
-    target_loss, critical_batch = kw.pop("target_loss", None), kw.pop("critical_batch", None)
-    if target_loss is not None:  # the same work rule as plan()
-        from spottrain.planner.work import target_loss_work
-
-        prof = kw.get("profile")
-        rule = target_loss_work(getattr(prof, "loss_curve", None) if prof is not None else None, target_loss,
-                                int(workload.batch_size), critical_batch=critical_batch)
-        kw["work_rule"] = rule
-        kw["samples"] = float(rule.samples(1, 1, kw.get("sync", "sync"))[0])
-    ctx = prepare(workload, **kw)
-    ref = refine(result, ctx, runs=runs, seed=seed, traces=traces, exclude=exclude, max_candidates=max_candidates,
-                 on_demand=on_demand, workers=workers, progress=progress)
+    on_demand = bool(plan_kwargs.get("allow_on_demand", True)) and not plan_kwargs.get("spot_only", False)
+    ref = refine(result, result.context, runs=runs, seed=seed, traces=traces, exclude=exclude,
+                 max_candidates=max_candidates, on_demand=on_demand, workers=workers, progress=progress)
     return result, ref
