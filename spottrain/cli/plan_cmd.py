@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
         out: Optional[Path] = typer.Option(None, "--out", help="Save the plan (JSON) for simulate / run."),
         report: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report with the Pareto front."),
+        refine: bool = typer.Option(False, "--refine", help="Re-choose among the best candidates by simulating each on real revocation traces (a few seconds)."),
+        refine_runs: int = typer.Option(100, "--refine-runs", help="Simulated runs per candidate with --refine."),
+        exclude_traces: Optional[str] = typer.Option(None, "--exclude-traces", help="With --refine: comma-separated trace names or zones to leave out."),
         force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
     ) -> None:
         """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
@@ -73,6 +77,10 @@ def register(app: typer.Typer) -> None:
             raise InputError("--spot-only contradicts --on-demand-anchor (the anchor is an on-demand server)")
         if spot_only and "--allow-on-demand" in sys.argv:
             raise InputError("--spot-only contradicts --allow-on-demand")
+        if refine_runs < 1:
+            raise InputError(f"--refine-runs: expected a run count >= 1, got {refine_runs}")
+        if exclude_traces and not refine:
+            raise InputError("--exclude-traces only applies with --refine")
         if out is not None and out.exists() and not force:
             raise InputError("file exists; pass --force to overwrite it", file=str(out))
         if (profile is None) == (model is None):
@@ -104,6 +112,12 @@ def register(app: typer.Typer) -> None:
                               zones=_split(zones), gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types,
                               sync=sync, ps=n_ps, on_demand_anchor=on_demand_anchor, anchor_share=share,
                               hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof)
+        refinement = None
+        if refine:
+            refinement = _refine(result, runs=refine_runs, exclude=_split(exclude_traces) or (),
+                                 on_demand=allow_on_demand and not spot_only)
+            result = dataclasses.replace(result, best=refinement.plan,
+                                         explanation=refinement.plan.explanation or result.explanation)
         if out is not None:
             result.best.save(out, overwrite=force)
         if report is not None:
@@ -111,9 +125,26 @@ def register(app: typer.Typer) -> None:
 
             write_report(result, report, force=force)
         if as_json:
-            print(json.dumps(result.to_dict(), indent=2, default=float))
+            d = result.to_dict()
+            if refinement is not None:
+                d["refinement"] = refinement.to_dict()
+            print(json.dumps(d, indent=2, default=float))
             return
-        _render(result, out, report)
+        _render(result, out, report, refinement)
+
+
+def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_demand: bool):
+    """:func:`spottrain.planner.refine.refine` with a progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spottrain.planner.refine import refine
+
+    with Progress(TextColumn("simulating candidates on real traces"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("refine", total=None)
+        return refine(result, result.context, runs=runs, exclude=exclude, on_demand=on_demand,
+                      progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
 def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> float:
@@ -182,7 +213,7 @@ def _share(share: float | None, spot_only: bool, allow_on_demand: bool) -> float
     return share
 
 
-def _render(result, out, report) -> None:
+def _render(result, out, report, refinement=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -223,6 +254,8 @@ def _render(result, out, report) -> None:
             else:
                 bt.add_row(name, f"[dim]{b}[/]", "", "", "")
         console.print(bt)
+    if refinement is not None:
+        _render_refinement(console, refinement)
     s = result.stats
     console.print(f"[dim]solver: {s.get('columns', 0):,} columns, {s.get('columns_after_pruning', 0)} after pruning, "
                   f"{s.get('milp_calls', 0)} MILP solves, {s.get('seconds', 0):.3f} s[/]")
@@ -230,3 +263,28 @@ def _render(result, out, report) -> None:
         console.print(f"plan saved to {out}")
     if report is not None:
         console.print(f"report written to {report}")
+
+
+def _render_refinement(console, ref, top: int = 8) -> None:
+    from rich.table import Table
+
+    from spottrain.planner.api import plan_label
+    from spottrain.units import format_duration
+
+    chosen = plan_label(ref.plan)
+    t = Table(title=f"Simulated candidates ({ref.runs} runs each, {ref.seconds:.1f} s): cheapest meeting the request "
+                    "in simulation is chosen")
+    for col in ("cluster", "from", "predicted $", "simulated $ (mean / p95)", "mean time", "deadline met", "replayed on"):
+        t.add_column(col)
+    ranked = sorted(ref.candidates, key=lambda c: (not c.eligible, c.mean_cost_usd))[:top]
+    for c in ranked:
+        name = f"[bold]{c.label}[/] (chosen)" if c.label == chosen else c.label
+        met = "-" if c.met_rate is None else f"{100 * c.met_rate:.1f}%"
+        t.add_row(name, c.origin, f"${c.predicted_cost_usd:,.2f}", f"${c.mean_cost_usd:,.2f} / ${c.p95_cost_usd:,.2f}",
+                  format_duration(c.mean_duration_s) if c.mean_duration_s < float("inf") else "-", met, c.availability)
+    console.print(t)
+    verdict = (f"simulation changed the plan: {plan_label(ref.analytical)} -> {chosen}" if ref.changed
+               else "simulation confirms the planner's choice")
+    console.print(verdict)
+    for note in ref.notes:
+        console.print(f"[dim]{note}[/]")
