@@ -40,6 +40,8 @@ _EXPORTS: dict[str, str] = {
                     "spottrain.transience"),
     # decisions
     **dict.fromkeys(["plan", "PlanResult"], "spottrain.planner"),
+    **dict.fromkeys(["refine", "plan_refined", "Refinement"], "spottrain.planner.refine"),
+    **dict.fromkeys(["simulate_plans", "hindsight"], "spottrain.sim.hindsight"),
     **dict.fromkeys(["simulate", "SimulationResult", "SimParams", "timeline_run"], "spottrain.sim"),
     "reproduce_icac19": "spottrain.sim.reproduce",
     # end to end
