@@ -46,6 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import machine  # noqa: E402
+from _pages import write_page  # noqa: E402
 
 from spottrain.perf import Workload  # noqa: E402
 from spottrain.plan import Plan  # noqa: E402
@@ -258,12 +259,7 @@ def main() -> None:
                "## The planner's baselines on the same runs", "",
                "Each baseline's plan (as the planner reports it) simulated with the policy the planner gives it "
                "(deadline-margin for spot plans with a deadline).", "", *base_rows, ""]
-        path = Path(args.write)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # the hand-written reading of the figures survives a regeneration (check it against the new figures)
-        old = path.read_text() if path.exists() else ""
-        reading = old[old.index("## Reading"):] if "## Reading" in old else ""
-        path.write_text("\n".join(out) + "\n" + reading)
+        write_page(args.write, out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _pages import write_page  # noqa: E402
 from sim_plans import make_plan  # noqa: E402
 
 from spottrain.sim import reproduce  # noqa: E402
@@ -89,7 +91,9 @@ def fidelity(runs: int) -> list[str]:
               f"Duration within 10%: {sum(abs(r.duration_error) <= 0.1 for r in k80)}/{len(k80)} K80 clusters, "
               f"{sum(abs(r.duration_error) <= 0.1 for r in rep.clusters)}/{len(rep.clusters)} clusters, "
               f"{sum(abs(r.duration_error) <= 0.1 for r in rep.ps_rows)}/{len(rep.ps_rows)} PS-experiment rows. "
-              f"Cost within 10%: {sum(r.cost_error is not None and abs(r.cost_error) <= 0.1 for r in k80)}/{len(k80)} K80 clusters.",
+              f"Cost within 10%: {sum(r.cost_error is not None and abs(r.cost_error) <= 0.1 for r in k80)}/{len(k80)} K80 "
+              f"clusters, {sum(r.cost_error is not None and abs(r.cost_error) <= 0.1 for r in rep.clusters)}/"
+              f"{len(rep.clusters)} clusters.",
               "", *[f"- {n}" for n in rep.notes]]
     print("\n".join(lines), flush=True)
     return lines
@@ -167,8 +171,7 @@ def main() -> None:
             "Bamboo's p3 cluster trace. `replan-on-price` sees no price events in these traces and acts as "
             "replace-cheapest.", "", *po, "",
         ]
-        Path(args.write).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.write).write_text("\n".join(out) + "\n")
+        write_page(args.write, out)
 
 
 if __name__ == "__main__":
