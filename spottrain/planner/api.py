@@ -157,7 +157,7 @@ def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job
         why.append(f"p95 cost ${o.cost_p95_usd:,.2f} > cap ${limits.hard_cap_usd:,.2f}")
     if limits.ps_capacity_bytes_per_s is not None and job.ps > 0:
         traffic = 2.0 * job.workload.gradient_bytes * o.thr / job.workload.batch_size
-        if traffic > limits.ps_capacity_bytes_per_s * max(1, 1):
+        if traffic > limits.ps_capacity_bytes_per_s:
             why.append("parameter servers saturated")
     return why
 
