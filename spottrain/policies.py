@@ -10,6 +10,7 @@ No I/O, no clocks, no randomness: everything a policy needs is in the state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -105,6 +106,9 @@ class Decision:
 
 
 Policy = Callable[[JobState], Decision]
+"""A policy. One that may buy instance types other than the lost node's says so with a function
+attribute ``buys_other_types = True`` (e.g. :func:`replace_cheapest`): callers then offer it
+other markets' nodes in ``JobState.options``, valued for the cluster as it stands now."""
 
 
 def _same_as(state: JobState, node: NodeView | None) -> NodeOption | None:
@@ -135,16 +139,35 @@ def replace_same(state: JobState) -> Decision:
     return Decision()
 
 
+REPLACE_MAX_COST_RATIO = 2.0
+""":func:`replace_cheapest` skips options whose cost per sample is more than this multiple of the
+planned cluster's: a node that adds little throughput (a slow GPU pacing a synchronous ring) is
+not worth a restart of the group."""
+
+
 def replace_cheapest(state: JobState) -> Decision:
-    """Replace a revoked node with the available option of least cost per sample."""
+    """Replace a revoked node with the available spot option of least cost per sample, of any
+    instance type the caller offers (the same type, or another whose market has capacity).
+
+    An option is ranked by its cost per sample divided by ``p_available``; options that would
+    add no throughput, or cost more per sample than :data:`REPLACE_MAX_COST_RATIO` times the
+    planned cluster, are skipped (then the job continues smaller).
+    """
     if state.event == "notice":
         return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
     if state.event == "revoked" and _deficit(state) > 0:
-        spot = [o for o in state.options if o.spot and o.p_available > 0.0]
+        planned_tp = sum(n.throughput for n in state.planned)
+        limit = (REPLACE_MAX_COST_RATIO * sum(n.price_usd_per_hour for n in state.planned) / 3600.0
+                 / planned_tp if planned_tp > 0 else math.inf)
+        spot = [o for o in state.options if o.spot and o.p_available > 0.0 and o.throughput > 0.0
+                and o.usd_per_sample <= limit]
         if spot:
             best = min(spot, key=lambda o: o.usd_per_sample / max(o.p_available, 1e-6))
             return Decision(request=(best,), reason=f"replace {state.subject} with cheapest per sample: {best.instance_type}")
     return Decision()
+
+
+replace_cheapest.buys_other_types = True  # type: ignore[attr-defined]
 
 
 def no_replace(state: JobState) -> Decision:

@@ -135,3 +135,93 @@ def _perf_raw(plan: Plan) -> Callable[[tuple[tuple[str, int, int], ...]], float]
                                             network_gbps=network_gbps).throughput)
 
     return raw
+
+
+# ---------------------------------------------------------------- replacement candidates
+def alternative_offers(plan: Plan, limit: int = 4) -> list[dict[str, Any]]:
+    """Spot offers of *other* instance types whose nodes could replace the plan's spot nodes.
+
+    Candidates are the catalog's spot offers of the plan's cloud and region (zones limited to
+    ``plan.extra['zones']`` when the plan records an allow-list) whose GPU holds the workload
+    (the planner's memory rule, or ``plan.extra['memory_needed_gib']``) and, for synchronous all-reduce, with
+    as many GPUs per node as the plan's nodes (a ring of mixed node widths is not what the plan
+    was sized for; parameter-server training takes any width). One offer per instance type (its
+    cheapest allowed zone); ranked by spot price per sample/s of a homogeneous cluster of that
+    type as large as the plan's spot part (performance model), one per node shape (GPU, GPUs per
+    node); the ``limit`` best are returned as
+    dicts with the keys of :class:`spottrain.plan.PlanGroup` (less ``count`` and ``spot``).
+    """
+    spot = [g for g in plan.groups if g.spot]
+    if not spot or limit <= 0:
+        return []
+    key = (_plan_key(plan), limit)
+    hit = _ALTS.get(key)
+    if hit is not None:
+        return [dict(x) for x in hit]
+    from spottrain.catalog import gpu_spec, load_catalog
+
+    g0 = spot[0]
+    own = {g.instance_type for g in plan.groups}
+    zones = {z.lower() for z in plan.extra.get("zones") or ()} or None
+    # the planner's GPU-memory rule without a profile (spottrain.planner.candidates.memory_needed_gib:
+    # weights, gradients and Adam state, 16 bytes per parameter); importing the planner costs 0.5 s
+    need_gib = float(plan.extra.get("memory_needed_gib") or 16.0 * plan.workload.param_count / 2**30)
+    all_reduce = plan.ps == 0 and plan.sync != "async"
+    nodes = sum(g.count for g in spot)
+    best: dict[str, Any] = {}
+    for o in load_catalog().query(cloud=g0.cloud, region=g0.region, spot=True):
+        price = o.spot_price_usd_per_hour
+        if o.instance_type in own or price is None or not price > 0 or not o.gpu_count or int(o.gpu_count) != o.gpu_count:
+            continue
+        if zones is not None and (o.zone or o.region).lower() not in zones:
+            continue
+        if all_reduce and int(o.gpu_count) != g0.gpus_per_node:
+            continue
+        try:
+            spec = gpu_spec(o.gpu)
+        except UnknownNameError:
+            continue
+        if spec.memory_gib < need_gib:
+            continue
+        old = best.get(o.instance_type)
+        if old is None or (price, o.zone or "") < (old.spot_price_usd_per_hour, old.zone or ""):
+            best[o.instance_type] = o
+    raw = _perf_raw(plan)
+    ranked = []
+    for o in best.values():
+        gpu = _canonical(o.gpu)
+        tp = raw(((gpu, int(o.gpu_count), nodes),)) / nodes
+        if tp > 0:
+            ranked.append((o.spot_price_usd_per_hour / tp, o.instance_type, o, gpu))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    seen: set[tuple[str, int]] = set()
+    distinct = []
+    for r in ranked:  # one offer per node shape: three sizes of g4dn.* are one alternative
+        shape = (r[3], int(r[2].gpu_count))
+        if shape not in seen:
+            seen.add(shape)
+            distinct.append(r)
+    out = [dict(cloud=o.cloud, instance_type=o.instance_type, gpu=gpu, gpus_per_node=int(o.gpu_count),
+                region=o.region, zone=o.zone, price_usd_per_hour=float(o.spot_price_usd_per_hour),
+                on_demand_price_usd_per_hour=float(o.price_usd_per_hour), network_gbps=float(o.network_gbps))
+           for _, _, o, gpu in distinct[:limit]]
+    if len(_ALTS) > 64:
+        _ALTS.clear()
+    _ALTS[key] = tuple(out)
+    return [dict(x) for x in out]
+
+
+_ALTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
+
+
+def _plan_key(plan: Plan) -> tuple:
+    return (plan.workload, plan.groups, plan.ps, plan.sync, tuple(sorted(plan.extra.get("zones") or ())))
+
+
+def _canonical(gpu: str) -> str:
+    try:
+        from spottrain.catalog import canonical_gpu
+
+        return canonical_gpu(gpu)
+    except Exception:  # noqa: BLE001 - an unknown GPU keeps its name
+        return gpu.strip().upper()

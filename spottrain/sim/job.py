@@ -42,7 +42,7 @@ import numpy as np
 
 from spottrain.plan import Plan
 from spottrain.policies import Decision, JobState, NodeOption, NodeView, Policy, get_policy
-from spottrain.sim import _deps
+from spottrain.sim import _deps, sources
 from spottrain.sim.core import Environment, Interrupt
 
 INF = math.inf
@@ -80,6 +80,12 @@ class SimParams:
     """Fixed delay from grant to join for every node; None: the cloud's start-up / replacement-delay model."""
     price_trace: str | None = None
     """A trace with ``price`` events replayed from its start: spot prices of matching instance types."""
+    alternatives: tuple[dict[str, Any], ...] | None = None
+    """Spot node types of other instance types that policies which buy other types (``buys_other_types``)
+    may request: None: the plan's ``extra['alternatives']``, else derived from the catalog
+    (:func:`spottrain.sim.sources.alternative_groups`); ``()``: none."""
+    max_alternatives: int = 4
+    """How many alternatives to derive from the catalog when ``alternatives`` is None (0: none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +99,8 @@ class NodeType:
     price_usd_per_hour: float
     weight: float
     """Relative speed of one node (sum of its GPUs' peak FLOPS)."""
+    market: int = 0
+    """Whose revocations a spot node of this type follows: 0 the plan's source, k the k-th alternative's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +120,8 @@ class RunResult:
     failed: bool
     started_s: float = 0.0
     """When the first nodes joined and training began."""
+    other_type_nodes: int = 0
+    """Replacement nodes of instance types not in the plan that joined (alternatives)."""
     timeline: dict[str, Any] | None = None
 
 
@@ -145,6 +155,8 @@ class SimSetup:
     params: SimParams = field(default_factory=SimParams)
     throughput_override: Any = None
     """``(f(membership) -> samples/s, description)`` instead of the default performance model."""
+    markets: Any = None
+    """Prepared :class:`~spottrain.sim.sources.Markets` to share between setups (None: made here)."""
 
     def __post_init__(self) -> None:
         plan, p = self.plan, self.params
@@ -191,6 +203,41 @@ class SimSetup:
         self.options = tuple(self._option(t, tp_per_weight) for t in self.types.values())
         self.od_fallback = tuple(self._option(t, tp_per_weight) for t in self.fallback_types)
         self.price_events = self._price_events(p.price_trace) if p.price_trace else []
+        self._alternatives()
+
+    def _alternatives(self) -> None:
+        """Markets of other instance types, for policies that buy them (``buys_other_types``).
+
+        With at least one alternative, those policies see *live* options at every decision (:meth:`JobRun._live_options`): the
+        throughput a node would add to the current membership (live and pending nodes) by the
+        performance model's mixed-cluster prediction, and ``p_available`` 0 while its market has
+        no capacity now. Every other policy sees exactly the options it always did."""
+        plan, p = self.plan, self.params
+        self.alt_types: list[NodeType] = []
+        self.option_types: list[NodeType] = list(self.types.values())
+        self.stall_factor = self.interval_s / (self.interval_s + self.checkpoint_cost_s) if self.interval_s < INF else 1.0
+        wants = bool(getattr(self.policy, "buys_other_types", False)) and self.spot_nodes > 0
+        if self.markets is None:
+            self.markets = sources.Markets.for_plan(plan, self.source, p.alternatives if wants else (),
+                                                    p.max_alternatives, horizon_s=self.horizon_s)
+        # without alternatives the options stay the plan's, exactly as before
+        self.cross = wants and bool(self.markets.groups)
+        if not self.cross:
+            return
+        for k, g in enumerate(self.markets.groups, start=1):
+            key = (g.instance_type, True, g.zone)
+            if key in self.types:
+                continue
+            self.types[key] = t = NodeType(
+                cloud=g.cloud, instance_type=g.instance_type, gpu=canonical(g.gpu), gpus_per_node=g.gpus_per_node,
+                spot=True, zone=g.zone, price_usd_per_hour=float(g.price_usd_per_hour),
+                weight=_deps.gpu_weight(g.gpu) * g.gpus_per_node, market=k)
+            self.alt_types.append(t)
+            self.option_types.append(t)
+        if self.params.price_trace and self.alt_types:
+            self.price_events = sorted(self.price_events + self._price_events(
+                self.params.price_trace, [(t.instance_type, True, t.zone) for t in self.alt_types], required=False))
+        self.delay_s = {id(t): _deps.startup_s(t.cloud) + self.restart_s for t in self.option_types}
 
     def _type(self, cloud, itype, gpu, gpn, spot, zone, price) -> NodeType:
         key = (itype, spot, zone)
@@ -206,7 +253,8 @@ class SimSetup:
                           delay_s=_deps.startup_s(t.cloud) + self.restart_s,
                           p_available=getattr(self.source, "mean_up_fraction", 1.0) if t.spot else 1.0)
 
-    def _price_events(self, name: str) -> list[tuple[float, tuple[str, bool, str | None], float]]:
+    def _price_events(self, name: str, keys: list | None = None,
+                      required: bool = True) -> list[tuple[float, tuple[str, bool, str | None], float]]:
         """``(time_s, type key, USD/h)`` for the spot types of the plan, from a price trace.
 
         A source ``zone/instance_type`` (or just ``instance_type``) matches a type by instance type;
@@ -216,7 +264,8 @@ class SimSetup:
         trace = _deps.load_trace(name)
         events = [e for e in trace.events if e.event == "price" and e.value is not None]
         out = []
-        for key, t in self.types.items():
+        for key in keys if keys is not None else list(self.types):
+            t = self.types[key]
             if not t.spot:
                 continue
             srcs = [src for src in dict.fromkeys(e.source for e in events) if src.split("/")[-1] == t.instance_type]
@@ -224,7 +273,7 @@ class SimSetup:
                 continue
             src = next((x for x in srcs if t.zone and x.startswith(t.zone)), srcs[0])
             out += [(e.time_s, key, float(e.value)) for e in events if e.source == src]
-        if not out:
+        if not out and required:
             raise InputError(f"price trace {name} has no prices for the plan's spot instance types "
                              f"({', '.join(sorted({t.instance_type for t in self.types.values() if t.spot}))})")
         return sorted(out)
@@ -246,8 +295,11 @@ class JobRun:
 
     def __init__(self, setup: SimSetup, seed: int, *, record: bool = False) -> None:
         self.s = setup
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.rev = setup.source.for_run(self.rng)
+        self._alt: dict[int, tuple[Any, list[int], np.random.Generator]] = {}
+        self.other_type_nodes = 0
         self.env = Environment()
         self.live: dict[str, _Node] = {}
         self.pending: dict[str, _Node] = {}
@@ -303,6 +355,7 @@ class JobRun:
         self._views = None
         if self.tl is not None:
             self.tl["membership"].append((self.env.now, len(self.live)))
+            self.tl.setdefault("membership_keys", []).append((self.env.now, key))
             self._mark()  # progress is accounted up to now by every caller
 
     def _mark(self) -> None:
@@ -393,8 +446,12 @@ class JobRun:
         now = self.env.now
         t = node.type
         if t.spot:
-            node.slot = heapq.heappop(self.free_slots) if self.free_slots else self.s.spot_nodes
-            node.acq = self.rev.acquire_time(now, node.slot)
+            if t.market:
+                rev, slots, _ = self._market(t.market)
+            else:
+                rev, slots = self.rev, self.free_slots
+            node.slot = heapq.heappop(slots) if slots else self.s.spot_nodes
+            node.acq = rev.acquire_time(now, node.slot)
             delay = self._delay(t)
         else:
             node.acq = now
@@ -405,17 +462,32 @@ class JobRun:
             return
         self._at(node.acq, "grant", (node, delay))
 
+    def _market(self, market: int) -> tuple[Any, list[int], np.random.Generator]:
+        """``(revocations, free slots, generator)`` of an alternative's market in this run: its own
+        generator (seeded from the run's seed and the market), so that the plan's own market
+        draws exactly what it would without alternatives."""
+        got = self._alt.get(market)
+        if got is None:
+            rng = np.random.default_rng([self.seed, market])
+            src = self.s.markets.source(market)
+            got = self._alt[market] = (src.for_run(rng), list(range(max(self.s.spot_nodes, 1))), rng)
+        return got
+
     def _delay(self, t: NodeType) -> float:
-        if self.rev.kind == "trace":
+        if t.market:
+            rev, _, rng = self._market(t.market)
+            key: tuple = (t.cloud, t.gpu, t.market)
+        else:
+            rev, rng, key = self.rev, self.rng, (t.cloud, t.gpu)
+        if rev.kind == "trace":
             return _deps.startup_s(t.cloud)
         if not hasattr(self, "_delay_pool"):
-            self._delay_pool: dict[tuple[str, str], tuple[Any, list[float]]] = {}
-        key = (t.cloud, t.gpu)
+            self._delay_pool: dict[tuple, tuple[Any, list[float]]] = {}
         if key not in self._delay_pool:
             self._delay_pool[key] = (_deps.replacement_sampler(t.cloud, t.gpu, True)[0], [])
         fn, pool = self._delay_pool[key]
         if not pool:
-            pool.extend(fn(32, self.rng).tolist())
+            pool.extend(fn(32, rng).tolist())
         return float(pool.pop())
 
     def _granted(self, node: _Node, delay: float) -> None:
@@ -426,7 +498,7 @@ class JobRun:
         self.billed[node.id] = node
         self.cost_rate += self._price_of(node.type) / 3600.0
         if node.type.spot:
-            rv = self.rev.revoke_time(now, node.slot)
+            rv = (self._market(node.type.market)[0] if node.type.market else self.rev).revoke_time(now, node.slot)
             if node.type.cloud == "gcp":
                 rv = min(rv, now + _deps.GCP_CAP_S)
             node.revoke_at = max(rv, now)
@@ -503,6 +575,7 @@ class JobRun:
             self.tl["joins"].append((now, len(nodes)))
         if not initial:
             self.replacements += len(nodes)
+            self.other_type_nodes += sum(1 for n in nodes if n.type.market)
             if self.s.sync and had:
                 if self.train_since is not None:  # planned change: checkpoint, then restart
                     self._begin_checkpoint()
@@ -523,7 +596,7 @@ class JobRun:
             del self.billed[node.id]
             self.cost_rate = max(self.cost_rate - self._price_of(node.type) / 3600.0, 0.0)
         if node.slot >= 0 and node.slot < self.s.spot_nodes:
-            heapq.heappush(self.free_slots, node.slot)
+            heapq.heappush(self._market(node.type.market)[1] if node.type.market else self.free_slots, node.slot)
             node.slot = -1
         self.pending.pop(node.id, None)
         self.live.pop(node.id, None)
@@ -615,14 +688,50 @@ class JobRun:
         state = _fast(
             JobState, now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
             pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
-            deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s, options=self.options,
-            on_demand_fallback=s.od_fallback,
+            deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s,
+            options=self._live_options() if s.cross else self.options, on_demand_fallback=s.od_fallback,
         )
         d = s.policy(state)
         if d.request or d.release or d.checkpoint_now or d.switch_to_on_demand:
             self._apply(d)
         elif self.tl is not None and d.reason:
             self.tl["decisions"].append((self.env.now, d.reason))
+
+    def _live_options(self) -> tuple[NodeOption, ...]:
+        """Options as they stand now (policies that buy other types): each node's throughput is what
+        it would add to the live and pending nodes (performance model, mixed membership; negative
+        when a slower GPU would pace a synchronous ring), net of periodic checkpoint stalls;
+        ``p_available`` is 0 while its market would not grant it now (what a spot request or a
+        placement score tells at once), else its market's long-run up fraction."""
+        s, now = self.s, self.env.now
+        base: dict[tuple[str, int], int] = {}
+        for pool in (self.live, self.pending):
+            for n in pool.values():
+                k = (n.type.gpu, n.type.gpus_per_node)
+                base[k] = base.get(k, 0) + 1
+        tp0 = s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items()))
+        out = []
+        for t in s.option_types:
+            k = (t.gpu, t.gpus_per_node)
+            base[k] = base.get(k, 0) + 1
+            gain = s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0
+            base[k] -= 1
+            out.append(_fast(NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
+                             price_usd_per_hour=self._price_of(t), throughput=gain * s.stall_factor,
+                             delay_s=s.delay_s[id(t)], p_available=self._p_now(t) if t.spot else 1.0))
+        return tuple(out)
+
+    def _p_now(self, t: NodeType) -> float:
+        if t.market:
+            rev, slots, _ = self._market(t.market)
+            src = self.s.markets.source(t.market)
+        else:
+            rev, slots, src = self.rev, self.free_slots, self.s.source
+        now = self.env.now
+        slot = slots[0] if slots else self.s.spot_nodes
+        if rev.acquire_time(now, slot) > now:
+            return 0.0
+        return float(getattr(src, "mean_up_fraction", 1.0))
 
     def _apply(self, d: Decision) -> None:
         if self.tl is not None and d.reason:
@@ -712,6 +821,7 @@ class JobRun:
             checkpoints=self.checkpoints, replacements=self.replacements, stall_s=self.stall_s,
             switched_on_demand=self.switched, failed=self.failed,
             started_s=self.started_s if self.started_s is not None else makespan, timeline=tl,
+            other_type_nodes=self.other_type_nodes,
         )
 
 

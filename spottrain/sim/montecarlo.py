@@ -53,6 +53,8 @@ class PolicySummary:
     lost_work_h: Distribution
     replacements: Distribution
     switched_on_demand_rate: float
+    other_type_nodes: Distribution | None = None
+    """Replacement nodes per run of instance types not in the plan (alternatives)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -68,11 +70,14 @@ class SimulationResult:
     notes: list[str] = field(default_factory=list)
     results: dict[str, list[RunResult]] = field(default_factory=dict, repr=False)
     elapsed_s: float = 0.0
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    """Other instance types offered to policies that buy them: type, GPU, price, revocation source."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "plan_cluster": self.plan_cluster, "source": self.source, "runs": self.runs, "seed": self.seed,
             "policies": [s.to_dict() for s in self.summaries], "notes": self.notes, "elapsed_s": self.elapsed_s,
+            "alternatives": self.alternatives,
         }
 
 
@@ -88,6 +93,7 @@ def summarize(policy: str, results: list[RunResult]) -> PolicySummary:
         lost_work_h=Distribution.of([r.lost_work_s / 3600 for r in results]),
         replacements=Distribution.of([r.replacements for r in results]),
         switched_on_demand_rate=float(np.mean([r.switched_on_demand for r in results])) if results else math.nan,
+        other_type_nodes=Distribution.of([r.other_type_nodes for r in results]),
     )
 
 
@@ -96,8 +102,10 @@ def run_seed(seed: int, i: int) -> int:
     return (seed * 1_000_003 + i) % (2**63)
 
 
-def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = None) -> SimSetup:
-    """The setup of one policy, after the policy's plan transform (baselines) if any."""
+def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = None,
+               markets: Any = None) -> SimSetup:
+    """The setup of one policy, after the policy's plan transform (baselines) if any;
+    ``markets``: prepared markets of other instance types to share (see :func:`make_markets`)."""
     get_policy(policy)
     params = params or SimParams()
     transform = baselines.PLAN_TRANSFORMS.get(policy)
@@ -105,7 +113,15 @@ def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = 
         plan, overrides = transform(plan)
         if overrides:
             params = dataclasses.replace(params, **overrides)
-    return SimSetup(plan=plan, policy_name=policy, source=source, params=params)
+    return SimSetup(plan=plan, policy_name=policy, source=source, params=params, markets=markets)
+
+
+def make_markets(plan: Plan, source: Any, params: SimParams | None = None) -> sources.Markets:
+    """The markets of the alternatives of ``plan`` (``params.alternatives``), shared by setups so
+    that each alternative's trace or lifetime model is prepared once."""
+    params = params or SimParams()
+    horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
+    return sources.Markets.for_plan(plan, source, params.alternatives, params.max_alternatives, horizon_s=horizon)
 
 
 def make_source(plan: Plan, *, trace: str | None, model: bool, params: SimParams | None = None) -> Any:
@@ -147,13 +163,26 @@ def simulate(
         get_policy(p)
     t0 = time.perf_counter()
     source = make_source(plan, trace=trace, model=model, params=params)
-    setups = {p: make_setup(plan, p, source, params) for p in policies}
+    cross = [p for p in policies if getattr(get_policy(p), "buys_other_types", False)]
+    markets = make_markets(plan, source, params) if cross else None
+    setups = {p: make_setup(plan, p, source, params, markets if p in cross else None) for p in policies}
     first = next(iter(setups.values()))
     notes = [f"revocations: {source.description}", f"throughput: {first.throughput_desc}",
              f"checkpoint cost {first.checkpoint_cost_s:.0f} s every {first.interval_s:.0f} s of training; "
              f"restart {first.restart_s:.0f} s"]
     if params is not None and params.price_trace:
         notes.append(f"prices: replayed from {params.price_trace} ({len(first.price_events)} price events for the plan's types)")
+    alternatives = []
+    if markets is not None:
+        for k, g in enumerate(markets.groups, start=1):
+            markets.source(k)  # prepared once here, before any fork
+        for g in markets.groups:
+            alternatives.append({"instance_type": g.instance_type, "gpu": g.gpu, "gpus_per_node": g.gpus_per_node,
+                                 "zone": g.zone, "price_usd_per_hour": g.price_usd_per_hour,
+                                 "revocations": markets.descriptions[g.instance_type]})
+        notes.append(f"other instance types for {', '.join(cross)}: " + ("; ".join(
+            f"{a['instance_type']} ({a['gpu']}, ${a['price_usd_per_hour']:.3f}/h: {a['revocations']})"
+            for a in alternatives) or "none"))
     workers = workers if workers is not None else (min(os.cpu_count() or 1, 4) if runs * len(policies) >= 400 else 1)
     results: dict[str, list[RunResult]] = {}
     if workers > 1:
@@ -180,7 +209,7 @@ def simulate(
     summaries = [summarize(p, results[p]) for p in policies]
     return SimulationResult(plan_cluster=plan.cluster, source=source.description, runs=runs, seed=seed,
                             summaries=summaries, notes=notes, results=results,
-                            elapsed_s=time.perf_counter() - t0)
+                            elapsed_s=time.perf_counter() - t0, alternatives=alternatives)
 
 
 def _mapped(pool: Any, jobs: list, progress: Callable[[int], None]) -> list:

@@ -261,3 +261,139 @@ def from_model(plan):
     g = spot[0]
     sample, desc = _deps.lifetime_sampler(g.cloud, g.gpu)
     return LifetimeSource(sample, desc, _deps.GCP_CAP_S if g.cloud == "gcp" else None)
+
+
+# ---------------------------------------------------------------- markets of other instance types
+def resolve_alternatives(plan, alternatives=None, limit: int = 4) -> list[dict]:
+    """The alternatives as given (``()``: none), else ``plan.extra['alternatives']``, else derived."""
+    if not any(g.spot for g in plan.groups):
+        return []
+    if alternatives is None:
+        alternatives = plan.extra.get("alternatives")
+        if alternatives is None:
+            alternatives = _deps.alternative_offers(plan, limit)
+    return list(alternatives)
+
+
+def alternative_groups(plan, alternatives=None, limit: int = 4) -> list:
+    """The spot node types a policy may buy besides the plan's own, as one-type plan groups
+    (``count``: the plan's spot nodes, the size of market a trace is mapped onto).
+
+    ``alternatives``: None takes ``plan.extra['alternatives']`` when the plan carries them, else
+    derives the ``limit`` best from the catalog (:func:`spottrain.sim._deps.alternative_offers`);
+    ``()`` gives none; else a sequence of dicts with at least ``instance_type`` (missing fields
+    come from the catalog offer of that instance type in the plan's region, then from the plan;
+    an optional ``trace`` names the trace to replay for that type).
+    """
+    from spottrain.plan import PlanGroup
+
+    spot = [g for g in plan.groups if g.spot]
+    alternatives = resolve_alternatives(plan, alternatives, limit)
+    if not spot:
+        return []
+    g0 = spot[0]
+    nodes = sum(g.count for g in spot)
+    own = {g.instance_type for g in plan.groups}
+    out, seen = [], set()
+    for i, alt in enumerate(alternatives):
+        if not isinstance(alt, dict) or not alt.get("instance_type"):
+            raise InputError(f"alternative {i + 1}: expected a mapping with an instance_type, got {alt!r}",
+                             column="alternatives")
+        itype = str(alt["instance_type"])
+        if itype in own or itype in seen:
+            continue
+        seen.add(itype)
+        fill = _offer_fields(g0, itype) if any(
+            k not in alt for k in ("gpu", "gpus_per_node", "price_usd_per_hour")) else {}
+        fields = dict(cloud=g0.cloud, region=g0.region, zone=None, gpus_per_node=g0.gpus_per_node,
+                      network_gbps=g0.network_gbps)
+        fields.update(fill)
+        fields.update({k: v for k, v in alt.items() if k in _GROUP_FIELDS})
+        if "gpu" not in fields or "price_usd_per_hour" not in fields:
+            raise InputError(f"alternative {itype}: no spot offer in the catalog for {g0.cloud} {g0.region}; "
+                             "give its gpu and price_usd_per_hour", column="alternatives")
+        fields.setdefault("on_demand_price_usd_per_hour", fields["price_usd_per_hour"])
+        out.append(PlanGroup(count=nodes, spot=True, **fields))
+    return out
+
+
+_GROUP_FIELDS = ("cloud", "instance_type", "gpu", "gpus_per_node", "region", "zone", "price_usd_per_hour",
+                 "on_demand_price_usd_per_hour", "network_gbps")
+
+
+def _offer_fields(g0, itype: str) -> dict:
+    from spottrain.catalog import load_catalog
+
+    offers = [o for o in load_catalog().query(cloud=g0.cloud, region=g0.region, spot=True, instance_type=itype)
+              if o.spot_price_usd_per_hour]
+    if not offers:
+        return {}
+    o = min(offers, key=lambda x: (x.spot_price_usd_per_hour, x.zone or ""))
+    return dict(instance_type=itype, gpu=o.gpu, gpus_per_node=int(o.gpu_count), region=o.region, zone=o.zone,
+                price_usd_per_hour=float(o.spot_price_usd_per_hour),
+                on_demand_price_usd_per_hour=float(o.price_usd_per_hour), network_gbps=float(o.network_gbps))
+
+
+class Markets:
+    """The spot markets a job may buy from: market 0 is the plan's own (the source the job was
+    given, untouched); market ``k >= 1`` is alternative ``k - 1``, prepared on first use.
+
+    An alternative's revocations come from the same kind of source as the plan's: with sampled
+    lifetimes (``--model fitted``), the fitted lifetime model of its (cloud, GPU); with a replayed
+    trace, the shipped traces of its instance type
+    (:func:`spottrain.sim.hindsight.matching_traces`, pooled by length when several), else its
+    fitted lifetime model. :attr:`descriptions` says which each one used."""
+
+    def __init__(self, plan, source, groups: list, horizon_s: float, traces: dict[str, str] | None = None) -> None:
+        self.plan, self.main, self.groups, self.horizon_s = plan, source, list(groups), horizon_s
+        self.traces = dict(traces or {})
+        """``instance_type -> trace`` to replay for that alternative (instead of the shipped ones)."""
+        self.use_traces = getattr(source, "kind", "model") in ("trace", "pool")
+        self._sources: dict[int, object] = {0: source}
+        self._desc: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return 1 + len(self.groups)
+
+    def source(self, market: int):
+        src = self._sources.get(market)
+        if src is None:
+            src, self._desc[market] = self._prepare(self.groups[market - 1])
+            self._sources[market] = src
+        return src
+
+    @classmethod
+    def for_plan(cls, plan, source, alternatives=None, limit: int = 4, *, horizon_s: float) -> "Markets":
+        """Markets of ``plan``'s alternatives (see :func:`alternative_groups`)."""
+        if alternatives == () or (alternatives is None and limit <= 0):
+            return cls(plan, source, [], horizon_s)
+        alts = resolve_alternatives(plan, alternatives, limit)
+        traces = {str(a["instance_type"]): str(a["trace"]) for a in alts if isinstance(a, dict) and a.get("trace")}
+        return cls(plan, source, alternative_groups(plan, alts, limit), horizon_s, traces)
+
+    @property
+    def descriptions(self) -> dict[str, str]:
+        """``instance_type -> where its revocations come from`` (for the alternatives prepared so far)."""
+        return {self.groups[m - 1].instance_type: d for m, d in sorted(self._desc.items())}
+
+    def _prepare(self, group):
+        import dataclasses
+
+        one = dataclasses.replace(self.plan, groups=(group,))
+        own = self.traces.get(group.instance_type)
+        if own is not None:
+            return from_trace(own, one, self.horizon_s), f"trace {own}"
+        if self.use_traces:
+            from spottrain.sim.hindsight import TracePool, matching_traces
+
+            names = matching_traces(group)
+            if names:
+                members = [from_trace(n, one, self.horizon_s) for n in names]
+                if len(members) == 1:
+                    return members[0], f"trace {names[0]}"
+                pool = TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)
+                return pool, pool.description
+            src = from_model(one)
+            return src, f"no trace of {group.instance_type}: {src.description}"
+        src = from_model(one)
+        return src, src.description
