@@ -215,7 +215,8 @@ _ALTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
 
 
 def _plan_key(plan: Plan) -> tuple:
-    return (plan.workload, plan.groups, plan.ps, plan.sync, tuple(sorted(plan.extra.get("zones") or ())))
+    return (plan.workload, plan.groups, plan.ps, plan.sync, tuple(sorted(plan.extra.get("zones") or ())),
+            plan.extra.get("memory_needed_gib"))
 
 
 def _canonical(gpu: str) -> str:
