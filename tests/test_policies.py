@@ -105,3 +105,22 @@ def test_deadline_return_leaves_on_demand_plans_alone():
     s = state(event="tick", nodes=od_plan, planned=od_plan, deadline_s=3000.0, on_demand_fallback=_od())
     d = get_policy("deadline-return")(s)
     assert not d.switch_to_on_demand and not d.request and not d.release
+
+
+def test_replace_cheapest_skips_unavailable_useless_and_overpriced_options():
+    own_down = NodeOption(instance_type="p3.2xlarge", gpu="V100", spot=True, zone="us-east-1a",
+                          price_usd_per_hour=1.0, throughput=100.0, delay_s=120.0, p_available=0.0)
+    other = option(itype="g5.xlarge", price=0.6, thr=80.0)
+    d = get_policy("replace-cheapest")(state(options=(own_down, other)))
+    assert d.request == (other,)  # the revoked type's market has no room now: the other type
+    slower = option(itype="g4dn.xlarge", price=0.05, thr=-20.0)  # a slow GPU pacing a synchronous ring
+    assert get_policy("replace-cheapest")(state(options=(own_down, slower))).request == ()
+    # 100 samples/s for $1/h is the planned rate; $1/h for 10 samples/s is 10x worse: not worth a restart
+    pricey = option(itype="g5.xlarge", price=1.0, thr=10.0)
+    assert get_policy("replace-cheapest")(state(options=(own_down, pricey))).request == ()
+
+
+def test_policies_that_buy_other_types_say_so():
+    assert getattr(get_policy("replace-cheapest"), "buys_other_types", False)
+    for name in ("replace-same", "no-replace", "uniform-progress", "deadline-margin", "deadline-return"):
+        assert not getattr(get_policy(name), "buys_other_types", False)

@@ -90,3 +90,26 @@ def test_reproduce_json_rows():
     assert len(data["ps"]) == 28
     h = data["headline"]
     assert 5.5 < h["predicted_speedup"] < 9.5 and 0.45 < h["predicted_savings"] < 0.75
+
+
+def test_simulate_alternatives_option(plan_file):
+    two = _cli("simulate", "--plan", plan_file, "--trace", TRACE, "--runs", "10", "--policy", "replace-cheapest",
+               "--policy", "replace-same", "--alternatives", "2", "--json", "--workers", "1")
+    assert two.returncode == 0, two.stderr
+    data = json.loads(two.stdout)
+    assert len(data["alternatives"]) == 2 and all(a["instance_type"] != "p3.2xlarge" for a in data["alternatives"])
+    assert all(a["revocations"] for a in data["alternatives"])  # which source each type used
+    none = _cli("simulate", "--plan", plan_file, "--trace", TRACE, "--runs", "10", "--policy", "replace-cheapest",
+                "--alternatives", "0", "--json", "--workers", "1")
+    assert none.returncode == 0, none.stderr
+    assert json.loads(none.stdout)["alternatives"] == []
+    by = {p["policy"]: p for p in json.loads(none.stdout)["policies"]}
+    assert by["replace-cheapest"]["other_type_nodes"]["mean"] == 0
+    import os
+
+    table = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "simulate", "--plan", plan_file, "--trace", TRACE,
+                            "--runs", "5", "--policy", "replace-cheapest", "--workers", "1"],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "250"})
+    assert table.returncode == 0 and "other types" in table.stdout and "other instance types for" in table.stdout
+    bad = _cli("simulate", "--plan", plan_file, "--runs", "5", "--alternatives", "-1")
+    assert bad.returncode == 2 and "--alternatives" in bad.stderr and "Traceback" not in bad.stderr

@@ -30,6 +30,9 @@ def simulate(
     policy: Annotated[list[str] | None, typer.Option("--policy", help="Policy to simulate (repeat); default: the plan's and the baselines.")] = None,
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: up to 4 for large runs).")] = None,
+    alternatives: Annotated[int | None, typer.Option(
+        "--alternatives", help="Other instance types replace-cheapest may buy: the N best of the plan's "
+        "alternatives or of the catalog (default 4; 0: only the plan's types).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON to stdout.")] = False,
     report: Annotated[Path | None, typer.Option(help="Write an HTML report (distributions, timeline).")] = None,
     timeline: Annotated[Path | None, typer.Option(help="Write a PNG timeline of one run of the first policy.")] = None,
@@ -50,6 +53,8 @@ def simulate(
         raise UnknownNameError("lifetime model source", model, ("fitted",))
     if runs <= 0:
         raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
+    if alternatives is not None and alternatives < 0:
+        raise InputError(f"expected a number of alternatives >= 0, got {alternatives}", column="--alternatives")
     if timeline is not None:
         if timeline.suffix.lower() != ".png":
             raise InputError("timeline file name must end in .png", column="--timeline")
@@ -59,6 +64,9 @@ def simulate(
     from spottrain.sim.job import SimParams
 
     params = SimParams(price_trace=prices)
+    if alternatives is not None:
+        params = SimParams(price_trace=prices, max_alternatives=alternatives,
+                           alternatives=() if alternatives == 0 else None)
     policies = policy or None
     total = runs * len(policies or ([the_plan.policy] + [p for p in montecarlo.DEFAULT_POLICIES if p != the_plan.policy]))
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -83,7 +91,7 @@ def simulate(
     console = Console()
     table = Table(title=f"{res.runs} runs per policy of {res.plan_cluster}", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("policy", "makespan h mean", "p50", "p95", "cost $ mean", "p50", "p95", "deadline met",
-                "finished", "revocations", "lost work h", "replaced"):
+                "finished", "revocations", "lost work h", "replaced", "other types"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in res.summaries:
         table.add_row(
@@ -92,6 +100,7 @@ def simulate(
             "-" if s.deadline_met_rate is None else f"{100 * s.deadline_met_rate:.0f}%",
             f"{100 * s.finished_rate:.0f}%", _f(s.revocations.mean), _f(s.lost_work_h.mean, ".2f"),
             _f(s.replacements.mean),
+            "-" if s.other_type_nodes is None else _f(s.other_type_nodes.mean),
         )
     console.print(table)
     for note in res.notes:

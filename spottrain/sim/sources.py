@@ -265,13 +265,16 @@ def from_model(plan):
 
 # ---------------------------------------------------------------- markets of other instance types
 def resolve_alternatives(plan, alternatives=None, limit: int = 4) -> list[dict]:
-    """The alternatives as given (``()``: none), else ``plan.extra['alternatives']``, else derived."""
+    """The alternatives as given (``()``: none), else the first ``limit`` of
+    ``plan.extra['alternatives']``, else the ``limit`` best derived from the catalog."""
     if not any(g.spot for g in plan.groups):
         return []
     if alternatives is None:
         alternatives = plan.extra.get("alternatives")
         if alternatives is None:
             alternatives = _deps.alternative_offers(plan, limit)
+        else:
+            alternatives = list(alternatives)[:max(limit, 0)]
     return list(alternatives)
 
 
