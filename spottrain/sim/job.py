@@ -208,10 +208,11 @@ class SimSetup:
     def _alternatives(self) -> None:
         """Markets of other instance types, for policies that buy them (``buys_other_types``).
 
-        With at least one alternative, those policies see *live* options at every decision (:meth:`JobRun._live_options`): the
-        throughput a node would add to the current membership (live and pending nodes) by the
-        performance model's mixed-cluster prediction, and ``p_available`` 0 while its market has
-        no capacity now. Every other policy sees exactly the options it always did."""
+        With at least one alternative, those policies see *live* options at revocations, price
+        changes and ticks (:meth:`JobRun._live_options`): the throughput a node would add to the
+        current membership (live and pending nodes) by the performance model's mixed-cluster
+        prediction, and ``p_available`` 0 while its market has no capacity now. Every other policy
+        sees exactly the options it always did."""
         plan, p = self.plan, self.params
         self.alt_types: list[NodeType] = []
         self.option_types: list[NodeType] = list(self.types.values())
@@ -238,6 +239,8 @@ class SimSetup:
             self.price_events = sorted(self.price_events + self._price_events(
                 self.params.price_trace, [(t.instance_type, True, t.zone) for t in self.alt_types], required=False))
         self.delay_s = {id(t): _deps.startup_s(t.cloud) + self.restart_s for t in self.option_types}
+        self.gains: dict[tuple, list[float]] = {}
+        """Throughput each option adds to a membership (live + pending nodes), per membership."""
 
     def _type(self, cloud, itype, gpu, gpn, spot, zone, price) -> NodeType:
         key = (itype, spot, zone)
@@ -689,7 +692,8 @@ class JobRun:
             JobState, now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
             pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
             deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s,
-            options=self._live_options() if s.cross else self.options, on_demand_fallback=s.od_fallback,
+            options=self._live_options() if s.cross and event in _LIVE_EVENTS else self.options,
+            on_demand_fallback=s.od_fallback,
         )
         d = s.policy(state)
         if d.request or d.release or d.checkpoint_now or d.switch_to_on_demand:
@@ -703,19 +707,27 @@ class JobRun:
         when a slower GPU would pace a synchronous ring), net of periodic checkpoint stalls;
         ``p_available`` is 0 while its market would not grant it now (what a spot request or a
         placement score tells at once), else its market's long-run up fraction."""
-        s, now = self.s, self.env.now
+        s = self.s
         base: dict[tuple[str, int], int] = {}
         for pool in (self.live, self.pending):
             for n in pool.values():
                 k = (n.type.gpu, n.type.gpus_per_node)
                 base[k] = base.get(k, 0) + 1
-        tp0 = s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items()))
+        base_key = tuple(sorted(base.items()))
+        gains = s.gains.get(base_key)
+        if gains is None:
+            tp0 = s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base_key))
+            gains = []
+            for t in s.option_types:
+                k = (t.gpu, t.gpus_per_node)
+                base[k] = base.get(k, 0) + 1
+                gains.append(s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0)
+                base[k] -= 1
+            if len(s.gains) > 4096:
+                s.gains.clear()
+            s.gains[base_key] = gains
         out = []
-        for t in s.option_types:
-            k = (t.gpu, t.gpus_per_node)
-            base[k] = base.get(k, 0) + 1
-            gain = s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0
-            base[k] -= 1
+        for t, gain in zip(s.option_types, gains):
             out.append(_fast(NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
                              price_usd_per_hour=self._price_of(t), throughput=gain * s.stall_factor,
                              delay_s=s.delay_s[id(t)], p_available=self._p_now(t) if t.spot else 1.0))
@@ -826,6 +838,9 @@ class JobRun:
 
 
 _NOTHING = Decision()
+_LIVE_EVENTS = frozenset({"revoked", "price_change", "tick"})
+"""Events at which policies that buy other types see live options (they buy on these; at a notice
+or a join they see the plan's options, which keeps the frequent events cheap)."""
 
 
 def _fast(cls: type, **fields: Any) -> Any:
