@@ -124,3 +124,14 @@ def test_policies_that_buy_other_types_say_so():
     assert getattr(get_policy("replace-cheapest"), "buys_other_types", False)
     for name in ("replace-same", "no-replace", "uniform-progress", "deadline-margin", "deadline-return"):
         assert not getattr(get_policy(name), "buys_other_types", False)
+
+
+def test_replace_cheapest_with_the_runtimes_single_option_state():
+    # spottrain.runtime offers one option (its own instance type) with default p_available
+    local = NodeOption(instance_type="local", gpu="cpu", spot=True, zone=None, price_usd_per_hour=0.1,
+                       throughput=1.0, delay_s=2.0)
+    views = tuple(NodeView(node_id=f"w{i}", instance_type="local", gpu="cpu", spot=True, zone=None,
+                           price_usd_per_hour=0.1, throughput=1.0) for i in range(2))
+    st = JobState(now_s=1.0, event="revoked", subject="w1", nodes=views[:1], planned=views, pending=0,
+                  samples_done=0.0, samples_total=10.0, deadline_s=None, restart_overhead_s=1.0, options=(local,))
+    assert get_policy("replace-cheapest")(st).request == (local,)
