@@ -23,6 +23,10 @@ current membership. What happens around it:
   the revocation.
 - **Cost**: every granted node bills its current price until it is revoked or released or the
   job ends.
+- **Other instance types**: a policy that buys them (``buys_other_types``, e.g. replace-cheapest)
+  may request nodes of alternative types (:class:`~spottrain.sim.sources.Markets`), each spot
+  type following its own market's revocations; the membership then mixes GPUs and the
+  performance model prices the mix. Other policies see only the plan's types.
 - An empty cluster with nothing requested relaunches the plan's cluster (what a user would do);
   runs that have not finished by the horizon count as unfinished (deadline missed).
 
