@@ -79,6 +79,8 @@ class JobState:
     """What can be requested now, spot and on-demand."""
     on_demand_fallback: tuple[NodeOption, ...] = ()
     """The on-demand cluster to switch to when slack runs out (uniform progress)."""
+    pending_on_demand: int = 0
+    """Of ``pending``, how many are on-demand nodes (a fallback that has not joined yet)."""
 
     @property
     def throughput(self) -> float:
@@ -156,15 +158,22 @@ def replace_cheapest(state: JobState) -> Decision:
     if state.event == "notice":
         return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
     if state.event == "revoked" and _deficit(state) > 0:
-        planned_tp = sum(n.throughput for n in state.planned)
-        limit = (REPLACE_MAX_COST_RATIO * sum(n.price_usd_per_hour for n in state.planned) / 3600.0
-                 / planned_tp if planned_tp > 0 else math.inf)
-        spot = [o for o in state.options if o.spot and o.p_available > 0.0 and o.throughput > 0.0
-                and o.usd_per_sample <= limit]
-        if spot:
-            best = min(spot, key=lambda o: o.usd_per_sample / max(o.p_available, 1e-6))
+        best = _cheapest_spot(state)
+        if best is not None:
             return Decision(request=(best,), reason=f"replace {state.subject} with cheapest per sample: {best.instance_type}")
     return Decision()
+
+
+def _cheapest_spot(state: JobState) -> NodeOption | None:
+    """The spot option of least cost per sample over ``p_available`` (see :func:`replace_cheapest`)."""
+    planned_tp = sum(n.throughput for n in state.planned)
+    limit = (REPLACE_MAX_COST_RATIO * sum(n.price_usd_per_hour for n in state.planned) / 3600.0
+             / planned_tp if planned_tp > 0 else math.inf)
+    spot = [o for o in state.options if o.spot and o.p_available > 0.0 and o.throughput > 0.0
+            and o.usd_per_sample <= limit]
+    if not spot:
+        return None
+    return min(spot, key=lambda o: o.usd_per_sample / max(o.p_available, 1e-6))
 
 
 replace_cheapest.buys_other_types = True  # type: ignore[attr-defined]
@@ -285,6 +294,56 @@ def deadline_return(state: JobState) -> Decision:
     return replace_same(state)
 
 
+def deadline_cheapest(state: JobState) -> Decision:
+    """Deadline-aware replacement across instance types: :func:`replace_cheapest` while the slack
+    allows, the on-demand fallback once it is gone.
+
+    The slack is :func:`deadline_margin`'s (time left to the deadline brought forward by the
+    margin, minus what the on-demand fallback needs for the remaining work, its start-up and one
+    restart), so the switch to on-demand comes exactly when deadline-margin's would for the same
+    progress. Progress is what the cluster really trained: a slower GPU bought here paces a
+    synchronous ring, the job advances at that mixed rate and the slack erodes accordingly (the
+    options' throughput is what each node would add to the cluster as it stands).
+
+    While slack remains, a lost node is replaced by the spot option of least cost per sample
+    over its ``p_available`` (any instance type the caller offers; see
+    :data:`REPLACE_MAX_COST_RATIO`), but only when the slack still pays for the restart that
+    its joining costs (its ``delay_s``). At a tick with nodes missing and nothing pending it
+    buys the missing nodes of the best option at once (the market may have come back). Once on
+    the fallback it stays there. Without a deadline it is :func:`replace_cheapest`.
+    """
+    planned_spot = sum(1 for n in state.planned if n.spot)
+    if state.deadline_s is None or not state.on_demand_fallback or not planned_spot:
+        return replace_cheapest(state)
+    if state.event == "notice":
+        return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
+    if state.event not in ("revoked", "tick", "price_change"):
+        return Decision()
+    on_demand = sum(1 for n in state.nodes if not n.spot) + state.pending_on_demand
+    if on_demand > len(state.planned) - planned_spot:
+        return Decision()  # the fallback is running or booting: stay on it
+    margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
+    slack = _fallback_slack(state)[0] - margin
+    if slack <= 0:
+        return Decision(
+            switch_to_on_demand=True, request=state.on_demand_fallback,
+            release=tuple(n.node_id for n in state.nodes if n.spot), checkpoint_now=True,
+            reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
+        )
+    deficit = _deficit(state)
+    if deficit <= 0 or state.event == "price_change" or (state.event == "tick" and state.pending):
+        return Decision()
+    best = _cheapest_spot(state)
+    if best is None or slack <= best.delay_s:
+        return Decision()
+    count = 1 if state.event == "revoked" else deficit
+    return Decision(request=(best,) * count,
+                    reason=f"slack {slack:.0f}s: {count} x {best.instance_type}, cheapest per sample")
+
+
+deadline_cheapest.buys_other_types = True  # type: ignore[attr-defined]
+
+
 POLICIES: dict[str, Policy] = {
     "replace-same": replace_same,
     "replace-cheapest": replace_cheapest,
@@ -292,6 +351,7 @@ POLICIES: dict[str, Policy] = {
     "uniform-progress": uniform_progress,
     "deadline-margin": deadline_margin,
     "deadline-return": deadline_return,
+    "deadline-cheapest": deadline_cheapest,
 }
 
 

@@ -30,8 +30,10 @@ def test_no_second_replacement_when_one_is_pending():
 
 
 def test_notice_checkpoints():
-    for name in ("replace-same", "replace-cheapest", "no-replace", "uniform-progress", "deadline-margin"):
+    for name in ("replace-same", "replace-cheapest", "no-replace", "uniform-progress", "deadline-margin",
+                 "deadline-cheapest"):
         assert get_policy(name)(state(event="notice")).checkpoint_now
+        assert get_policy(name)(state(event="notice", deadline_s=100_000.0, on_demand_fallback=_od())).checkpoint_now
 
 
 def test_replace_cheapest_picks_least_cost_per_sample():
@@ -121,7 +123,8 @@ def test_replace_cheapest_skips_unavailable_useless_and_overpriced_options():
 
 
 def test_policies_that_buy_other_types_say_so():
-    assert getattr(get_policy("replace-cheapest"), "buys_other_types", False)
+    for name in ("replace-cheapest", "deadline-cheapest"):
+        assert getattr(get_policy(name), "buys_other_types", False)
     for name in ("replace-same", "no-replace", "uniform-progress", "deadline-margin", "deadline-return"):
         assert not getattr(get_policy(name), "buys_other_types", False)
 
@@ -135,3 +138,76 @@ def test_replace_cheapest_with_the_runtimes_single_option_state():
     st = JobState(now_s=1.0, event="revoked", subject="w1", nodes=views[:1], planned=views, pending=0,
                   samples_done=0.0, samples_total=10.0, deadline_s=None, restart_overhead_s=1.0, options=(local,))
     assert get_policy("replace-cheapest")(st).request == (local,)
+
+
+# ---------------------------------------------------------------- deadline-cheapest
+# The fallback (4 x 100 samples/s on-demand) needs 2500 s for the remaining 1e6 samples, + 30 s
+# restart + 120 s start-up: slack = deadline - 1000 s (now) - 2650 s - margin (min(1200 s, 10%)).
+T4_DOWN = NodeOption(instance_type="p3.2xlarge", gpu="V100", spot=True, zone="us-east-1a",
+                     price_usd_per_hour=1.0, throughput=100.0, delay_s=120.0, p_available=0.0)
+
+
+def _t4(price=0.2, thr=40.0, p=1.0):
+    return NodeOption(instance_type="g4dn.xlarge", gpu="T4", spot=True, zone="us-east-1a",
+                      price_usd_per_hour=price, throughput=thr, delay_s=120.0, p_available=p)
+
+
+def test_deadline_cheapest_buys_another_type_while_slack_remains():
+    s = state(deadline_s=100_000.0, on_demand_fallback=_od(), options=(T4_DOWN, _t4(), option(spot=False, price=3.06)))
+    d = get_policy("deadline-cheapest")(s)
+    assert d.request == (_t4(),) and not d.switch_to_on_demand
+    # deadline-margin only knows the plan's type, whose market is empty now: it buys it anyway
+    assert get_policy("deadline-margin")(s).request[0].instance_type == "p3.2xlarge"
+    # without a deadline it is replace-cheapest
+    assert get_policy("deadline-cheapest")(state(options=(T4_DOWN, _t4()))).request == (_t4(),)
+
+
+def test_deadline_cheapest_switches_exactly_when_deadline_margin_does():
+    opts = (T4_DOWN, _t4())
+    for deadline in (3900.0, 4000.0, 4100.0, 4500.0, 5000.0, 5500.0):
+        for event in ("revoked", "tick"):
+            s = state(deadline_s=deadline, on_demand_fallback=_od(), options=opts, event=event)
+            ours, margin = get_policy("deadline-cheapest")(s), get_policy("deadline-margin")(s)
+            assert ours.switch_to_on_demand == margin.switch_to_on_demand, (deadline, event)
+            if ours.switch_to_on_demand:
+                assert ours.request == _od() and set(ours.release) == {"n0", "n1", "n2"} and ours.checkpoint_now
+
+
+def test_deadline_cheapest_releases_other_types_when_it_falls_back():
+    mixed = (node(0), node(1), NodeView(node_id="t9", instance_type="g4dn.xlarge", gpu="T4", spot=True,
+                                        zone="us-east-1a", price_usd_per_hour=0.2, throughput=40.0))
+    d = get_policy("deadline-cheapest")(state(event="tick", nodes=mixed, deadline_s=3900.0, on_demand_fallback=_od()))
+    assert d.switch_to_on_demand and set(d.release) == {"n0", "n1", "t9"}
+
+
+def test_deadline_cheapest_stays_on_the_fallback_once_there():
+    on_od = tuple(node(10 + i, spot=False) for i in range(4))
+    for nodes, pending, pod in ((on_od, 0, 0), ((), 4, 4), (on_od[:3], 0, 0)):
+        s = state(event="tick", nodes=nodes, pending=pending, pending_on_demand=pod, deadline_s=3900.0,
+                  on_demand_fallback=_od(), options=(_t4(),))
+        d = get_policy("deadline-cheapest")(s)
+        assert not d.request and not d.switch_to_on_demand and not d.release
+    # spot replacements pending (not the fallback) do not stop the switch
+    s = state(event="tick", nodes=(), pending=4, deadline_s=3900.0, on_demand_fallback=_od(), options=(_t4(),))
+    assert get_policy("deadline-cheapest")(s).switch_to_on_demand
+
+
+def test_deadline_cheapest_skips_what_replace_cheapest_skips_and_what_the_slack_cannot_pay():
+    base = dict(deadline_s=100_000.0, on_demand_fallback=_od())
+    for bad in (_t4(p=0.0), _t4(thr=-20.0), _t4(price=1.0, thr=10.0)):
+        assert get_policy("deadline-cheapest")(state(options=(T4_DOWN, bad), **base)).request == ()
+    # slack = 0.9 x deadline - 3650 s (margin: 10% of the deadline); a join costs the option's 120 s
+    fits = state(options=(_t4(),), deadline_s=(3650.0 + 450.0) / 0.9, on_demand_fallback=_od())  # slack 450 s
+    assert get_policy("deadline-cheapest")(fits).request == (_t4(),)
+    tight = state(options=(_t4(),), deadline_s=(3650.0 + 100.0) / 0.9, on_demand_fallback=_od())  # slack 100 s
+    d = get_policy("deadline-cheapest")(tight)
+    assert d.request == () and not d.switch_to_on_demand
+
+
+def test_deadline_cheapest_refills_at_ticks_when_nothing_is_pending():
+    s = state(event="tick", nodes=(node(0),), deadline_s=100_000.0, on_demand_fallback=_od(), options=(T4_DOWN, _t4()))
+    assert get_policy("deadline-cheapest")(s).request == (_t4(),) * 3
+    assert get_policy("deadline-cheapest")(state(event="tick", nodes=(node(0),), pending=1, deadline_s=100_000.0,
+                                                 on_demand_fallback=_od(), options=(_t4(),))).request == ()
+    assert get_policy("deadline-cheapest")(state(event="joined", nodes=(node(0),), deadline_s=100_000.0,
+                                                 on_demand_fallback=_od(), options=(_t4(),))).request == ()

@@ -158,3 +158,51 @@ def test_trace_mode_uses_the_other_types_traces_or_its_fitted_model():
     assert "g4dn.xlarge" in by_type["g4dn.xlarge"] or "pooled traces" in by_type["g4dn.xlarge"]
     assert by_type["g6.xlarge"].startswith("no trace of g6.xlarge: fitted lifetime model")
     assert any("other instance types for replace-cheapest" in n for n in res.notes)
+
+
+def _slow_alternative(tmp_path):
+    """The V100 market of :func:`_scenario` empties at 2000 s; the other type is a T4 (g4dn.xlarge,
+    synthetic trace, always room), cheap per sample but slower than V100: 6 h deadline, 4 h job."""
+    plan = make_plan(nodes=4, hours=4.0, interval_s=1000.0, deadline_h=6.0)
+    own = write_trace(tmp_path / "synthetic_own.csv",
+                      [(0, "z", "available", 4), (2000, "z", "available", 0), (OUTAGE_END_S, "z", "available", 4)],
+                      duration_s=100_000.0)
+    other = write_trace(tmp_path / "synthetic_t4.csv", [(0, "z", "available", 4)], duration_s=100_000.0,
+                        gpu="T4", instance_type="g4dn.xlarge")
+    src = sources.from_trace(own, plan, horizon_s=100_000.0)
+    src.fixed_offset_s = 0.0
+    alts = ({"instance_type": "g4dn.xlarge", "gpu": "T4", "gpus_per_node": 1, "zone": "synthetic-az",
+             "price_usd_per_hour": 0.2, "trace": other},)
+    return plan, src, SimParams(checkpoint_cost_s=10.0, restart_s=60.0, alternatives=alts)
+
+
+def test_deadline_cheapest_meets_the_deadline_replace_cheapest_misses_for_less_than_deadline_margin(tmp_path):
+    plan, src, params = _slow_alternative(tmp_path)
+    markets = make_markets(plan, src, params)
+    setup = make_setup(plan, "deadline-cheapest", src, params, markets)
+    assert setup.throughput((("T4", 1, 4),)) < setup.throughput((("V100", 1, 4),))
+    ours = setup.run(1, record=True)
+    cheap = make_setup(plan, "replace-cheapest", src, params, markets).run(1)
+    margin = make_setup(plan, "deadline-margin", src, params, markets).run(1)
+    # replace-cheapest trains on the slow T4s to the end and is late
+    assert cheap.finished and not cheap.deadline_met and cheap.other_type_nodes == 4
+    # deadline-margin waits for V100 spot, then pays on-demand for nearly all the work
+    assert margin.deadline_met and margin.switched_on_demand and margin.other_type_nodes == 0
+    # ours trains on T4 while the slack lasts, then falls back once: on time, cheaper
+    assert ours.deadline_met and ours.switched_on_demand and ours.other_type_nodes == 4
+    assert ours.cost_usd < 0.8 * margin.cost_usd
+    keys = [k for _, k in ours.timeline["membership_keys"]]
+    assert (("T4", 1, 4),) in keys and keys[-1] == (("V100", 1, 4),)
+    switches = [r for _, r in ours.timeline["decisions"] if "switch to on-demand" in r]
+    assert len(switches) == 1  # no second fallback while the first boots
+    assert ours.replacements == 8  # 4 x T4, then the 4 on-demand V100
+
+
+def test_deadline_cheapest_meets_deadlines_at_least_as_often_as_deadline_margin():
+    plan = make_plan(nodes=4, hours=6.0, interval_s=1200.0, deadline_h=8.0)
+    res = simulate(plan, model=True, policies=["deadline-cheapest", "deadline-margin", "replace-cheapest"],
+                   runs=40, seed=2, workers=1)
+    by = {s.policy: s for s in res.summaries}
+    assert by["deadline-cheapest"].deadline_met_rate >= by["deadline-margin"].deadline_met_rate
+    assert by["deadline-cheapest"].deadline_met_rate >= by["replace-cheapest"].deadline_met_rate
+    assert sum(r.other_type_nodes for r in res.results["deadline-cheapest"]) > 0

@@ -50,7 +50,7 @@ from spottrain.sim import _deps, sources
 from spottrain.sim.core import Environment, Interrupt
 
 INF = math.inf
-TICK_POLICIES = {"uniform-progress", "deadline-margin", "deadline-return"}
+TICK_POLICIES = {"uniform-progress", "deadline-margin", "deadline-return", "deadline-cheapest"}
 """Policies that look at periodic ticks; the others are asked only on real events."""
 
 
@@ -698,6 +698,7 @@ class JobRun:
             deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s,
             options=self._live_options() if s.cross and event in _LIVE_EVENTS else self.options,
             on_demand_fallback=s.od_fallback,
+            pending_on_demand=sum(1 for n in self.pending.values() if not n.type.spot) if self.pending else 0,
         )
         d = s.policy(state)
         if d.request or d.release or d.checkpoint_now or d.switch_to_on_demand:
