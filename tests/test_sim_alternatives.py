@@ -5,7 +5,7 @@ import pytest
 from sim_plans import make_plan, write_trace
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.policies import register_policy, replace_cheapest
-from spottrain.sim import _deps, sources
+from spottrain.sim import _deps, markets, sources
 from spottrain.sim.job import SimParams
 from spottrain.sim.montecarlo import make_markets, make_setup, simulate
 
@@ -133,20 +133,20 @@ def test_derived_alternatives_fit_the_job():
 
 def test_plan_alternatives_params_override_and_disable():
     carried = make_plan(nodes=4, extra={"alternatives": [{"instance_type": "g5.xlarge"}]})
-    groups = sources.alternative_groups(carried)
+    groups = markets.alternative_groups(carried)
     assert [g.instance_type for g in groups] == ["g5.xlarge"] and groups[0].gpu == "A10G" and groups[0].count == 4
-    assert sources.alternative_groups(carried, [{"instance_type": "g6.xlarge"}])[0].gpu == "L4"
+    assert markets.alternative_groups(carried, [{"instance_type": "g6.xlarge"}])[0].gpu == "L4"
     m = make_markets(carried, None, SimParams(alternatives=()))
     assert len(m) == 1 and m.groups == []
     plain = make_plan(nodes=4)
     assert make_markets(plain, None, SimParams(max_alternatives=0)).groups == []
     assert len(make_markets(plain, None, SimParams(max_alternatives=2)).groups) == 2
     with pytest.raises(InputError, match="alternative 1"):
-        sources.alternative_groups(plain, [{"gpu": "T4"}])
+        markets.alternative_groups(plain, [{"gpu": "T4"}])
     with pytest.raises(InputError, match="no spot offer"):
-        sources.alternative_groups(plain, [{"instance_type": "Standard_NC12"}])  # Azure's, not AWS us-west-2's
+        markets.alternative_groups(plain, [{"instance_type": "Standard_NC12"}])  # Azure's, not AWS us-west-2's
     with pytest.raises(UnknownNameError, match="p3.2xlarg"):
-        sources.alternative_groups(plain, [{"instance_type": "p3.2xlarg"}])
+        markets.alternative_groups(plain, [{"instance_type": "p3.2xlarg"}])
 
 
 def test_trace_mode_uses_the_other_types_traces_or_its_fitted_model():

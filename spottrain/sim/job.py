@@ -24,7 +24,7 @@ current membership. What happens around it:
 - **Cost**: every granted node bills its current price until it is revoked or released or the
   job ends.
 - **Other instance types**: a policy that buys them (``buys_other_types``, e.g. replace-cheapest)
-  may request nodes of alternative types (:class:`~spottrain.sim.sources.Markets`), each spot
+  may request nodes of alternative types (:mod:`spottrain.sim.markets`), each spot
   type following its own market's revocations; the membership then mixes GPUs and the
   performance model prices the mix. Other policies see only the plan's types.
 - An empty cluster with nothing requested relaunches the plan's cluster (what a user would do);
@@ -46,21 +46,16 @@ import numpy as np
 
 from spottrain.plan import Plan
 from spottrain.policies import Decision, JobState, NodeOption, NodeView, Policy, get_policy
-from spottrain.sim import _deps, sources
+from spottrain.sim import _deps, markets
 from spottrain.sim.core import Environment, Interrupt
+from spottrain.sim.markets import NodeType
 
 INF = math.inf
 TICK_POLICIES = {"uniform-progress", "deadline-margin", "deadline-return", "deadline-cheapest"}
 """Policies that look at periodic ticks; the others are asked only on real events."""
 
 
-def canonical(gpu: str) -> str:
-    try:
-        from spottrain.catalog import canonical_gpu
-
-        return canonical_gpu(gpu)
-    except Exception:
-        return gpu.strip().upper()
+canonical = _deps.canonical_gpu
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,24 +82,9 @@ class SimParams:
     alternatives: tuple[dict[str, Any], ...] | None = None
     """Spot node types of other instance types that policies which buy other types (``buys_other_types``)
     may request: None: the plan's ``extra['alternatives']``, else derived from the catalog
-    (:func:`spottrain.sim.sources.alternative_groups`); ``()``: none."""
+    (:func:`spottrain.sim.markets.alternative_groups`); ``()``: none."""
     max_alternatives: int = 4
     """How many alternatives to derive from the catalog when ``alternatives`` is None (0: none)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeType:
-    cloud: str
-    instance_type: str
-    gpu: str
-    gpus_per_node: int
-    spot: bool
-    zone: str | None
-    price_usd_per_hour: float
-    weight: float
-    """Relative speed of one node (sum of its GPUs' peak FLOPS)."""
-    market: int = 0
-    """Whose revocations a spot node of this type follows: 0 the plan's source, k the k-th alternative's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,7 +140,7 @@ class SimSetup:
     throughput_override: Any = None
     """``(f(membership) -> samples/s, description)`` instead of the default performance model."""
     markets: Any = None
-    """Prepared :class:`~spottrain.sim.sources.Markets` to share between setups (None: made here)."""
+    """Prepared :class:`~spottrain.sim.markets.Markets` to share between setups (None: made here)."""
 
     def __post_init__(self) -> None:
         plan, p = self.plan, self.params
@@ -213,38 +193,26 @@ class SimSetup:
         """Markets of other instance types, for policies that buy them (``buys_other_types``).
 
         With at least one alternative, those policies see *live* options at revocations, price
-        changes and ticks (:meth:`JobRun._live_options`): the throughput a node would add to the
-        current membership (live and pending nodes) by the performance model's mixed-cluster
-        prediction, and ``p_available`` 0 while its market has no capacity now. Every other policy
-        sees exactly the options it always did."""
+        changes and ticks (:class:`~spottrain.sim.markets.LiveOptions`); every other policy sees
+        exactly the options it always did."""
         plan, p = self.plan, self.params
         self.alt_types: list[NodeType] = []
         self.option_types: list[NodeType] = list(self.types.values())
         self.stall_factor = self.interval_s / (self.interval_s + self.checkpoint_cost_s) if self.interval_s < INF else 1.0
         wants = bool(getattr(self.policy, "buys_other_types", False)) and self.spot_nodes > 0
         if self.markets is None:
-            self.markets = sources.Markets.for_plan(plan, self.source, p.alternatives if wants else (),
+            self.markets = markets.Markets.for_plan(plan, self.source, p.alternatives if wants else (),
                                                     p.max_alternatives, horizon_s=self.horizon_s)
         # without alternatives the options stay the plan's, exactly as before
         self.cross = wants and bool(self.markets.groups)
         if not self.cross:
             return
-        for k, g in enumerate(self.markets.groups, start=1):
-            key = (g.instance_type, True, g.zone)
-            if key in self.types:
-                continue
-            self.types[key] = t = NodeType(
-                cloud=g.cloud, instance_type=g.instance_type, gpu=canonical(g.gpu), gpus_per_node=g.gpus_per_node,
-                spot=True, zone=g.zone, price_usd_per_hour=float(g.price_usd_per_hour),
-                weight=_deps.gpu_weight(g.gpu) * g.gpus_per_node, market=k)
-            self.alt_types.append(t)
-            self.option_types.append(t)
+        self.alt_types = markets.add_alternative_types(self.types, self.markets)
+        self.option_types = list(self.types.values())
         if self.params.price_trace and self.alt_types:
             self.price_events = sorted(self.price_events + self._price_events(
                 self.params.price_trace, [(t.instance_type, True, t.zone) for t in self.alt_types], required=False))
-        self.delay_s = {id(t): _deps.startup_s(t.cloud) + self.restart_s for t in self.option_types}
-        self.gains: dict[tuple, list[float]] = {}
-        """Throughput each option adds to a membership (live + pending nodes), per membership."""
+        self.live_options = markets.LiveOptions(self.option_types, self.throughput, self.stall_factor, self.restart_s)
 
     def _type(self, cloud, itype, gpu, gpn, spot, zone, price) -> NodeType:
         key = (itype, spot, zone)
@@ -262,28 +230,7 @@ class SimSetup:
 
     def _price_events(self, name: str, keys: list | None = None,
                       required: bool = True) -> list[tuple[float, tuple[str, bool, str | None], float]]:
-        """``(time_s, type key, USD/h)`` for the spot types of the plan, from a price trace.
-
-        A source ``zone/instance_type`` (or just ``instance_type``) matches a type by instance type;
-        the type's own zone is preferred when the trace has it, else the first such source."""
-        from spottrain.errors import InputError
-
-        trace = _deps.load_trace(name)
-        events = [e for e in trace.events if e.event == "price" and e.value is not None]
-        out = []
-        for key in keys if keys is not None else list(self.types):
-            t = self.types[key]
-            if not t.spot:
-                continue
-            srcs = [src for src in dict.fromkeys(e.source for e in events) if src.split("/")[-1] == t.instance_type]
-            if not srcs:
-                continue
-            src = next((x for x in srcs if t.zone and x.startswith(t.zone)), srcs[0])
-            out += [(e.time_s, key, float(e.value)) for e in events if e.source == src]
-        if not out and required:
-            raise InputError(f"price trace {name} has no prices for the plan's spot instance types "
-                             f"({', '.join(sorted({t.instance_type for t in self.types.values() if t.spot}))})")
-        return sorted(out)
+        return markets.price_events(name, self.types, keys, required)
 
     def type_for(self, option: NodeOption) -> NodeType:
         t = self.types.get((option.instance_type, option.spot, option.zone))
@@ -304,14 +251,12 @@ class JobRun:
         self.s = setup
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.rev = setup.source.for_run(self.rng)
-        self._alt: dict[int, tuple[Any, list[int], np.random.Generator]] = {}
+        self.run_markets = markets.RunMarkets(setup.source, setup.markets, self.rng, seed, setup.spot_nodes)
         self.other_type_nodes = 0
         self.env = Environment()
         self.live: dict[str, _Node] = {}
         self.pending: dict[str, _Node] = {}
         self.billed: dict[str, _Node] = {}
-        self.free_slots: list[int] = list(range(max(setup.spot_nodes, 1)))
         self._next_id = 0
         self.rate = 0.0
         self.progress = self.durable = 0.0
@@ -453,13 +398,10 @@ class JobRun:
         now = self.env.now
         t = node.type
         if t.spot:
-            if t.market:
-                rev, slots, _ = self._market(t.market)
-            else:
-                rev, slots = self.rev, self.free_slots
+            rev, slots, _ = self.run_markets.market(t.market)
             node.slot = heapq.heappop(slots) if slots else self.s.spot_nodes
             node.acq = rev.acquire_time(now, node.slot)
-            delay = self._delay(t)
+            delay = self.run_markets.delay_s(t)
         else:
             node.acq = now
             delay = _deps.startup_s(t.cloud)
@@ -469,34 +411,6 @@ class JobRun:
             return
         self._at(node.acq, "grant", (node, delay))
 
-    def _market(self, market: int) -> tuple[Any, list[int], np.random.Generator]:
-        """``(revocations, free slots, generator)`` of an alternative's market in this run: its own
-        generator (seeded from the run's seed and the market), so that the plan's own market
-        draws exactly what it would without alternatives."""
-        got = self._alt.get(market)
-        if got is None:
-            rng = np.random.default_rng([self.seed, market])
-            src = self.s.markets.source(market)
-            got = self._alt[market] = (src.for_run(rng), list(range(max(self.s.spot_nodes, 1))), rng)
-        return got
-
-    def _delay(self, t: NodeType) -> float:
-        if t.market:
-            rev, _, rng = self._market(t.market)
-            key: tuple = (t.cloud, t.gpu, t.market)
-        else:
-            rev, rng, key = self.rev, self.rng, (t.cloud, t.gpu)
-        if rev.kind == "trace":
-            return _deps.startup_s(t.cloud)
-        if not hasattr(self, "_delay_pool"):
-            self._delay_pool: dict[tuple, tuple[Any, list[float]]] = {}
-        if key not in self._delay_pool:
-            self._delay_pool[key] = (_deps.replacement_sampler(t.cloud, t.gpu, True)[0], [])
-        fn, pool = self._delay_pool[key]
-        if not pool:
-            pool.extend(fn(32, rng).tolist())
-        return float(pool.pop())
-
     def _granted(self, node: _Node, delay: float) -> None:
         if node.gone or self.done.triggered:
             return
@@ -505,7 +419,7 @@ class JobRun:
         self.billed[node.id] = node
         self.cost_rate += self._price_of(node.type) / 3600.0
         if node.type.spot:
-            rv = (self._market(node.type.market)[0] if node.type.market else self.rev).revoke_time(now, node.slot)
+            rv = self.run_markets.market(node.type.market)[0].revoke_time(now, node.slot)
             if node.type.cloud == "gcp":
                 rv = min(rv, now + _deps.GCP_CAP_S)
             node.revoke_at = max(rv, now)
@@ -603,7 +517,7 @@ class JobRun:
             del self.billed[node.id]
             self.cost_rate = max(self.cost_rate - self._price_of(node.type) / 3600.0, 0.0)
         if node.slot >= 0 and node.slot < self.s.spot_nodes:
-            heapq.heappush(self._market(node.type.market)[1] if node.type.market else self.free_slots, node.slot)
+            heapq.heappush(self.run_markets.market(node.type.market)[1], node.slot)
             node.slot = -1
         self.pending.pop(node.id, None)
         self.live.pop(node.id, None)
@@ -707,48 +621,14 @@ class JobRun:
             self.tl["decisions"].append((self.env.now, d.reason))
 
     def _live_options(self) -> tuple[NodeOption, ...]:
-        """Options as they stand now (policies that buy other types): each node's throughput is what
-        it would add to the live and pending nodes (performance model, mixed membership; negative
-        when a slower GPU would pace a synchronous ring), net of periodic checkpoint stalls;
-        ``p_available`` is 0 while its market would not grant it now (what a spot request or a
-        placement score tells at once), else its market's long-run up fraction."""
-        s = self.s
+        """Options as they stand now, valued for the live and pending nodes (policies that buy
+        other types; see :class:`~spottrain.sim.markets.LiveOptions`)."""
         base: dict[tuple[str, int], int] = {}
         for pool in (self.live, self.pending):
             for n in pool.values():
                 k = (n.type.gpu, n.type.gpus_per_node)
                 base[k] = base.get(k, 0) + 1
-        base_key = tuple(sorted(base.items()))
-        gains = s.gains.get(base_key)
-        if gains is None:
-            tp0 = s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base_key))
-            gains = []
-            for t in s.option_types:
-                k = (t.gpu, t.gpus_per_node)
-                base[k] = base.get(k, 0) + 1
-                gains.append(s.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0)
-                base[k] -= 1
-            if len(s.gains) > 4096:
-                s.gains.clear()
-            s.gains[base_key] = gains
-        out = []
-        for t, gain in zip(s.option_types, gains):
-            out.append(_fast(NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
-                             price_usd_per_hour=self._price_of(t), throughput=gain * s.stall_factor,
-                             delay_s=s.delay_s[id(t)], p_available=self._p_now(t) if t.spot else 1.0))
-        return tuple(out)
-
-    def _p_now(self, t: NodeType) -> float:
-        if t.market:
-            rev, slots, _ = self._market(t.market)
-            src = self.s.markets.source(t.market)
-        else:
-            rev, slots, src = self.rev, self.free_slots, self.s.source
-        now = self.env.now
-        slot = slots[0] if slots else self.s.spot_nodes
-        if rev.acquire_time(now, slot) > now:
-            return 0.0
-        return float(getattr(src, "mean_up_fraction", 1.0))
+        return self.s.live_options.options(base, self._price_of, lambda t: self.run_markets.p_now(t, self.env.now))
 
     def _apply(self, d: Decision) -> None:
         if self.tl is not None and d.reason:
@@ -848,14 +728,4 @@ _LIVE_EVENTS = frozenset({"revoked", "price_change", "tick"})
 or a join they see the plan's options, which keeps the frequent events cheap)."""
 
 
-def _fast(cls: type, **fields: Any) -> Any:
-    """Build a frozen dataclass instance without its __init__.
-
-    The generated __init__ of a frozen dataclass sets every field through object.__setattr__;
-    filling the instance dict directly gives an identical (equal, hashable, immutable to user
-    code) object several times faster. The policy is asked hundreds of times per run. All
-    fields must be given.
-    """
-    obj = object.__new__(cls)
-    obj.__dict__.update(fields)
-    return obj
+_fast = _deps.fast

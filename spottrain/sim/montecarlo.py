@@ -22,6 +22,7 @@ from spottrain.plan import Plan
 from spottrain.policies import get_policy
 from spottrain.sim import baselines, sources
 from spottrain.sim.job import RunResult, SimParams, SimSetup
+from spottrain.sim.markets import Markets
 
 DEFAULT_POLICIES = ("replace-same", "uniform-progress", "checkpoint-restart", "skypilot-managed", "on-demand")
 
@@ -116,12 +117,12 @@ def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = 
     return SimSetup(plan=plan, policy_name=policy, source=source, params=params, markets=markets)
 
 
-def make_markets(plan: Plan, source: Any, params: SimParams | None = None) -> sources.Markets:
+def make_markets(plan: Plan, source: Any, params: SimParams | None = None) -> Markets:
     """The markets of the alternatives of ``plan`` (``params.alternatives``), shared by setups so
     that each alternative's trace or lifetime model is prepared once."""
     params = params or SimParams()
     horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
-    return sources.Markets.for_plan(plan, source, params.alternatives, params.max_alternatives, horizon_s=horizon)
+    return Markets.for_plan(plan, source, params.alternatives, params.max_alternatives, horizon_s=horizon)
 
 
 def make_source(plan: Plan, *, trace: str | None, model: bool, params: SimParams | None = None) -> Any:

@@ -1,0 +1,322 @@
+"""Markets of other instance types, and the live options they offer a policy.
+
+A policy that may buy instance types other than the plan's (``buys_other_types``, e.g.
+replace-cheapest or deadline-cheapest) is offered *alternatives*: spot node types of other
+instance types (the plan's ``extra['alternatives']``, else derived from the catalog,
+:func:`alternative_groups`). Each alternative is its own spot market (:class:`Markets`): its
+revocations and acquisitions come from the same kind of source as the plan's own market, and in
+every run from its own generator (:class:`RunMarkets`), so that the plan's own market draws
+exactly what it would without alternatives.
+
+At revocations, price changes and ticks such a policy sees *live* options
+(:class:`LiveOptions`): the throughput a node would add to the current membership (live and
+pending nodes) by the performance model's mixed-cluster prediction (negative when a slower GPU
+would pace a synchronous ring), net of periodic checkpoint stalls, and ``p_available`` 0 while
+its market would not grant it now (what a spot request or a placement score tells at once),
+else its market's long-run up fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from spottrain.errors import InputError
+from spottrain.policies import NodeOption
+from spottrain.sim import _deps
+from spottrain.sim.sources import from_model, from_trace
+
+INF = math.inf
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeType:
+    """A kind of node the job may hold, and the market a spot node of it is bought in."""
+
+    cloud: str
+    instance_type: str
+    gpu: str
+    gpus_per_node: int
+    spot: bool
+    zone: str | None
+    price_usd_per_hour: float
+    weight: float
+    """Relative speed of one node (sum of its GPUs' peak FLOPS)."""
+    market: int = 0
+    """Whose revocations a spot node of this type follows: 0 the plan's source, k the k-th alternative's."""
+
+
+# ---------------------------------------------------------------- which other instance types
+def resolve_alternatives(plan, alternatives=None, limit: int = 4) -> list[dict]:
+    """The alternatives as given (``()``: none), else the first ``limit`` of
+    ``plan.extra['alternatives']``, else the ``limit`` best derived from the catalog."""
+    if not any(g.spot for g in plan.groups):
+        return []
+    if alternatives is None:
+        alternatives = plan.extra.get("alternatives")
+        if alternatives is None:
+            alternatives = _deps.alternative_offers(plan, limit)
+        else:
+            alternatives = list(alternatives)[:max(limit, 0)]
+    return list(alternatives)
+
+
+def alternative_groups(plan, alternatives=None, limit: int = 4) -> list:
+    """The spot node types a policy may buy besides the plan's own, as one-type plan groups
+    (``count``: the plan's spot nodes, the size of market a trace is mapped onto).
+
+    ``alternatives``: None takes ``plan.extra['alternatives']`` when the plan carries them, else
+    derives the ``limit`` best from the catalog (:func:`spottrain.sim._deps.alternative_offers`);
+    ``()`` gives none; else a sequence of dicts with at least ``instance_type`` (missing fields
+    come from the catalog offer of that instance type in the plan's region, then from the plan;
+    an optional ``trace`` names the trace to replay for that type).
+    """
+    from spottrain.plan import PlanGroup
+
+    spot = [g for g in plan.groups if g.spot]
+    alternatives = resolve_alternatives(plan, alternatives, limit)
+    if not spot:
+        return []
+    g0 = spot[0]
+    nodes = sum(g.count for g in spot)
+    own = {g.instance_type for g in plan.groups}
+    out, seen = [], set()
+    for i, alt in enumerate(alternatives):
+        if not isinstance(alt, dict) or not alt.get("instance_type"):
+            raise InputError(f"alternative {i + 1}: expected a mapping with an instance_type, got {alt!r}",
+                             column="alternatives")
+        itype = str(alt["instance_type"])
+        if itype in own or itype in seen:
+            continue
+        seen.add(itype)
+        fill = _offer_fields(g0, itype) if any(
+            k not in alt for k in ("gpu", "gpus_per_node", "price_usd_per_hour")) else {}
+        fields = dict(cloud=g0.cloud, region=g0.region, zone=None, gpus_per_node=g0.gpus_per_node,
+                      network_gbps=g0.network_gbps)
+        fields.update(fill)
+        fields.update({k: v for k, v in alt.items() if k in _GROUP_FIELDS})
+        if "gpu" not in fields or "price_usd_per_hour" not in fields:
+            raise InputError(f"alternative {itype}: no spot offer in the catalog for {g0.cloud} {g0.region}; "
+                             "give its gpu and price_usd_per_hour", column="alternatives")
+        fields.setdefault("on_demand_price_usd_per_hour", fields["price_usd_per_hour"])
+        out.append(PlanGroup(count=nodes, spot=True, **fields))
+    return out
+
+
+_GROUP_FIELDS = ("cloud", "instance_type", "gpu", "gpus_per_node", "region", "zone", "price_usd_per_hour",
+                 "on_demand_price_usd_per_hour", "network_gbps")
+
+
+def _offer_fields(g0, itype: str) -> dict:
+    from spottrain.catalog import load_catalog
+
+    offers = [o for o in load_catalog().query(cloud=g0.cloud, region=g0.region, spot=True, instance_type=itype)
+              if o.spot_price_usd_per_hour]
+    if not offers:
+        return {}
+    o = min(offers, key=lambda x: (x.spot_price_usd_per_hour, x.zone or ""))
+    return dict(instance_type=itype, gpu=o.gpu, gpus_per_node=int(o.gpu_count), region=o.region, zone=o.zone,
+                price_usd_per_hour=float(o.spot_price_usd_per_hour),
+                on_demand_price_usd_per_hour=float(o.price_usd_per_hour), network_gbps=float(o.network_gbps))
+
+
+class Markets:
+    """The spot markets a job may buy from: market 0 is the plan's own (the source the job was
+    given, untouched); market ``k >= 1`` is alternative ``k - 1``, prepared on first use.
+
+    An alternative's revocations come from the same kind of source as the plan's: with sampled
+    lifetimes (``--model fitted``), the fitted lifetime model of its (cloud, GPU); with a replayed
+    trace, the shipped traces of its instance type
+    (:func:`spottrain.sim.hindsight.matching_traces`, pooled by length when several), else its
+    fitted lifetime model. :attr:`descriptions` says which each one used."""
+
+    def __init__(self, plan, source, groups: list, horizon_s: float, traces: dict[str, str] | None = None) -> None:
+        self.plan, self.main, self.groups, self.horizon_s = plan, source, list(groups), horizon_s
+        self.traces = dict(traces or {})
+        """``instance_type -> trace`` to replay for that alternative (instead of the shipped ones)."""
+        self.use_traces = getattr(source, "kind", "model") in ("trace", "pool")
+        self._sources: dict[int, object] = {0: source}
+        self._desc: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return 1 + len(self.groups)
+
+    def source(self, market: int):
+        src = self._sources.get(market)
+        if src is None:
+            src, self._desc[market] = self._prepare(self.groups[market - 1])
+            self._sources[market] = src
+        return src
+
+    @classmethod
+    def for_plan(cls, plan, source, alternatives=None, limit: int = 4, *, horizon_s: float) -> "Markets":
+        """Markets of ``plan``'s alternatives (see :func:`alternative_groups`)."""
+        if alternatives == () or (alternatives is None and limit <= 0):
+            return cls(plan, source, [], horizon_s)
+        alts = resolve_alternatives(plan, alternatives, limit)
+        traces = {str(a["instance_type"]): str(a["trace"]) for a in alts if isinstance(a, dict) and a.get("trace")}
+        return cls(plan, source, alternative_groups(plan, alts, limit), horizon_s, traces)
+
+    @property
+    def descriptions(self) -> dict[str, str]:
+        """``instance_type -> where its revocations come from`` (for the alternatives prepared so far)."""
+        return {self.groups[m - 1].instance_type: d for m, d in sorted(self._desc.items())}
+
+    def _prepare(self, group):
+        import dataclasses
+
+        one = dataclasses.replace(self.plan, groups=(group,))
+        own = self.traces.get(group.instance_type)
+        if own is not None:
+            return from_trace(own, one, self.horizon_s), f"trace {own}"
+        if self.use_traces:
+            from spottrain.sim.hindsight import TracePool, matching_traces
+
+            names = matching_traces(group)
+            if names:
+                members = [from_trace(n, one, self.horizon_s) for n in names]
+                if len(members) == 1:
+                    return members[0], f"trace {names[0]}"
+                pool = TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)
+                return pool, pool.description
+            src = from_model(one)
+            return src, f"no trace of {group.instance_type}: {src.description}"
+        src = from_model(one)
+        return src, src.description
+
+
+def add_alternative_types(types: dict[tuple[str, bool, str | None], NodeType], markets: Markets) -> list[NodeType]:
+    """Add a spot :class:`NodeType` per alternative of ``markets`` to ``types`` (keyed
+    ``(instance_type, spot, zone)``; a key already there is kept) and return the new ones."""
+    added = []
+    for k, g in enumerate(markets.groups, start=1):
+        key = (g.instance_type, True, g.zone)
+        if key in types:
+            continue
+        types[key] = t = NodeType(
+            cloud=g.cloud, instance_type=g.instance_type, gpu=_deps.canonical_gpu(g.gpu),
+            gpus_per_node=g.gpus_per_node, spot=True, zone=g.zone, price_usd_per_hour=float(g.price_usd_per_hour),
+            weight=_deps.gpu_weight(g.gpu) * g.gpus_per_node, market=k)
+        added.append(t)
+    return added
+
+
+class LiveOptions:
+    """The options of ``types`` valued for a membership (shared by all runs of one setup).
+
+    ``throughput(membership key) -> samples/s`` is the performance model; ``stall_factor`` the
+    share of time left by periodic checkpoints; ``restart_s`` the stall of a membership change.
+    The throughput each type adds to a membership is cached per membership."""
+
+    CACHE_SIZE = 4096
+
+    def __init__(self, types: list[NodeType], throughput: Callable[[Any], float], stall_factor: float,
+                 restart_s: float) -> None:
+        self.types = types
+        self.throughput = throughput
+        self.stall_factor = stall_factor
+        self.delay_s = {id(t): _deps.startup_s(t.cloud) + restart_s for t in types}
+        self.gains: dict[tuple, list[float]] = {}
+        """Throughput each option adds to a membership (live + pending nodes), per membership."""
+
+    def gains_for(self, base: dict[tuple[str, int], int]) -> list[float]:
+        """What one more node of each type adds to ``base`` (``(gpu, gpus_per_node) -> count``)."""
+        base_key = tuple(sorted(base.items()))
+        gains = self.gains.get(base_key)
+        if gains is None:
+            tp0 = self.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base_key))
+            gains = []
+            for t in self.types:
+                k = (t.gpu, t.gpus_per_node)
+                base[k] = base.get(k, 0) + 1
+                gains.append(self.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0)
+                base[k] -= 1
+            if len(self.gains) > self.CACHE_SIZE:
+                self.gains.clear()
+            self.gains[base_key] = gains
+        return gains
+
+    def options(self, base: dict[tuple[str, int], int], price_of: Callable[[NodeType], float],
+                p_now: Callable[[NodeType], float]) -> tuple[NodeOption, ...]:
+        """Every type's option for the membership ``base``, at its current price and availability."""
+        out = []
+        for t, gain in zip(self.types, self.gains_for(base)):
+            out.append(_deps.fast(NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
+                                  price_usd_per_hour=price_of(t), throughput=gain * self.stall_factor,
+                                  delay_s=self.delay_s[id(t)], p_available=p_now(t) if t.spot else 1.0))
+        return tuple(out)
+
+
+class RunMarkets:
+    """Every spot market of one run: market 0 is the plan's (``source``'s revocations for this
+    run, drawn from the run's generator ``rng``); market ``k >= 1`` is alternative ``k`` of
+    ``markets``, drawn from its own generator seeded from ``seed`` and ``k`` on first use.
+    Each holds its free slots (the spot slots of the job, mapped onto the market)."""
+
+    def __init__(self, source: Any, markets: Markets, rng: np.random.Generator, seed: int, slots: int) -> None:
+        self.main_source, self.markets, self.seed, self.slots = source, markets, seed, slots
+        self._m: dict[int, tuple[Any, list[int], np.random.Generator]] = {
+            0: (source.for_run(rng), list(range(max(slots, 1))), rng)}
+        self._delay_pool: dict[tuple, tuple[Any, list[float]]] = {}
+
+    def market(self, market: int) -> tuple[Any, list[int], np.random.Generator]:
+        """``(revocations, free slots, generator)`` of ``market``."""
+        got = self._m.get(market)
+        if got is None:
+            rng = np.random.default_rng([self.seed, market])
+            src = self.markets.source(market)
+            got = self._m[market] = (src.for_run(rng), list(range(max(self.slots, 1))), rng)
+        return got
+
+    def delay_s(self, t: NodeType) -> float:
+        """Grant-to-join delay of a spot node of ``t``: the cloud's start-up with a replayed
+        trace, else a draw of its fitted replacement-delay model (from its market's generator)."""
+        rev, _, rng = self.market(t.market)
+        if rev.kind == "trace":
+            return _deps.startup_s(t.cloud)
+        key: tuple = (t.cloud, t.gpu, t.market) if t.market else (t.cloud, t.gpu)
+        if key not in self._delay_pool:
+            self._delay_pool[key] = (_deps.replacement_sampler(t.cloud, t.gpu, True)[0], [])
+        fn, pool = self._delay_pool[key]
+        if not pool:
+            pool.extend(fn(32, rng).tolist())
+        return float(pool.pop())
+
+    def p_now(self, t: NodeType, now: float) -> float:
+        """0 while ``t``'s market would not grant the next free slot now, else its source's
+        long-run up fraction (1 when it has none)."""
+        rev, slots, _ = self.market(t.market)
+        src = self.markets.source(t.market) if t.market else self.main_source
+        slot = slots[0] if slots else self.slots
+        if rev.acquire_time(now, slot) > now:
+            return 0.0
+        return float(getattr(src, "mean_up_fraction", 1.0))
+
+
+def price_events(name: str, types: dict[tuple[str, bool, str | None], NodeType], keys: list | None = None,
+                 required: bool = True) -> list[tuple[float, tuple[str, bool, str | None], float]]:
+    """``(time_s, type key, USD/h)`` for the spot types of ``types`` (those of ``keys``, default
+    all), from price trace ``name``.
+
+    A source ``zone/instance_type`` (or just ``instance_type``) matches a type by instance type;
+    the type's own zone is preferred when the trace has it, else the first such source."""
+    trace = _deps.load_trace(name)
+    events = [e for e in trace.events if e.event == "price" and e.value is not None]
+    out = []
+    for key in keys if keys is not None else list(types):
+        t = types[key]
+        if not t.spot:
+            continue
+        srcs = [src for src in dict.fromkeys(e.source for e in events) if src.split("/")[-1] == t.instance_type]
+        if not srcs:
+            continue
+        src = next((x for x in srcs if t.zone and x.startswith(t.zone)), srcs[0])
+        out += [(e.time_s, key, float(e.value)) for e in events if e.source == src]
+    if not out and required:
+        raise InputError(f"price trace {name} has no prices for the plan's spot instance types "
+                         f"({', '.join(sorted({t.instance_type for t in types.values() if t.spot}))})")
+    return sorted(out)
