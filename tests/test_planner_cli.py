@@ -10,7 +10,7 @@ from spottrain.plan import Plan
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "plan", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "plan", "--no-refine", *args], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ BASE = ("--model", "resnet50", "--batch-size", "64", "--samples", "115M", "--dea
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "plan", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "plan", "--no-refine", *args], capture_output=True, text=True)
 
 
 def run_here(capsys, *args) -> tuple[int, str, str]:
@@ -23,7 +23,7 @@ def run_here(capsys, *args) -> tuple[int, str, str]:
 
     code = 0
     try:
-        main(["plan", *args])
+        main(["plan", "--no-refine", *args])
     except SystemExit as exc:
         code = int(exc.code or 0)
     out = capsys.readouterr()

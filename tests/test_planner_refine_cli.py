@@ -45,14 +45,17 @@ def test_refined_plan_is_printed_saved_and_met_the_deadline_in_simulation(capsys
     assert any(ref["traces"].values()), "p3 candidates must be replayed on real traces"
 
 
-def test_refine_table_names_the_choice(capsys) -> None:
-    code, stdout, err = run_here(capsys, *REQUEST, "--refine", "--refine-runs", "10")
+def test_deadline_requests_are_refined_by_default(capsys) -> None:
+    code, stdout, err = run_here(capsys, *REQUEST, "--refine-runs", "10")
     assert code == 0, err
     assert "Simulated candidates" in stdout and "(chosen)" in stdout
+    code, stdout, err = run_here(capsys, *REQUEST, "--refine-runs", "10", "--no-refine", "--json")
+    assert code == 0, err
+    assert "refinement" not in json.loads(stdout)
 
 
 def test_refine_bad_input_is_one_line(capsys) -> None:
     code, _, err = run_here(capsys, *REQUEST, "--refine", "--refine-runs", "0")
     assert code == 2 and "--refine-runs" in err and "Traceback" not in err
-    code, _, err = run_here(capsys, *REQUEST, "--exclude-traces", "us-west-2a")
-    assert code == 2 and "--exclude-traces only applies with --refine" in err
+    code, _, err = run_here(capsys, *REQUEST, "--no-refine", "--exclude-traces", "us-west-2a")
+    assert code == 2 and "--exclude-traces only applies when refining" in err

@@ -38,7 +38,7 @@ def profile(tmp_path_factory):
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "plan", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "plan", "--no-refine", *args], capture_output=True, text=True)
 
 
 def test_column_samples_follow_the_convergence_model(profile):

@@ -52,8 +52,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON to stdout."),
         out: Optional[Path] = typer.Option(None, "--out", help="Save the plan (JSON) for simulate / run."),
         report: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report with the Pareto front."),
-        refine: bool = typer.Option(False, "--refine", help="Re-choose among the best candidates by simulating each on real revocation traces (a few seconds)."),
-        refine_runs: int = typer.Option(100, "--refine-runs", help="Simulated runs per candidate with --refine."),
+        refine: Optional[bool] = typer.Option(None, "--refine/--no-refine", help="Re-choose among the best candidates by simulating each on real revocation traces (a few seconds). Default: on with --deadline."),
+        refine_runs: int = typer.Option(100, "--refine-runs", help="Simulated runs per candidate when refining."),
         exclude_traces: Optional[str] = typer.Option(None, "--exclude-traces", help="With --refine: comma-separated trace names or zones to leave out."),
         force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
     ) -> None:
@@ -79,8 +79,10 @@ def register(app: typer.Typer) -> None:
             raise InputError("--spot-only contradicts --allow-on-demand")
         if refine_runs < 1:
             raise InputError(f"--refine-runs: expected a run count >= 1, got {refine_runs}")
+        if refine is None:
+            refine = deadline_s is not None
         if exclude_traces and not refine:
-            raise InputError("--exclude-traces only applies with --refine")
+            raise InputError("--exclude-traces only applies when refining (--refine, the default with --deadline)")
         if out is not None and out.exists() and not force:
             raise InputError("file exists; pass --force to overwrite it", file=str(out))
         if (profile is None) == (model is None):
