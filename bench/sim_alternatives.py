@@ -1,4 +1,5 @@
-"""Replacement across instance types: replace-cheapest with and without other types' markets.
+"""Replacement across instance types: replace-cheapest with and without other types' markets,
+and the deadline-aware deadline-cheapest against deadline-margin (plan's types only).
 
     .venv/bin/python bench/sim_alternatives.py [--runs 1000] [--write bench/results/sim_alternatives.md]
 
@@ -6,7 +7,8 @@ A 24-hour job on 16 x p3.2xlarge spot (36 h deadline), replayed over SkyPilot's 
 availability traces (AWS, Feb-Mar 2023) of two zones, 1,000 runs per row, 2 worker processes:
 replace-same (the anchor), replace-cheapest with only the plan's types (``alternatives=()``),
 and replace-cheapest with the 4 catalog alternatives (each with its own market: shipped traces
-of its instance type, else its fitted lifetime model). Speed goal of bench/simulator.py
+of its instance type, else its fitted lifetime model); then deadline-margin (the deadline-aware
+anchor) and deadline-cheapest with the same 4 alternatives. Speed goal of bench/simulator.py
 (<= 5 s per 1,000 runs) is for replace-same; the rows show what the alternatives cost.
 """
 
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import machine  # noqa: E402
+from _pages import write_page  # noqa: E402
 from sim_plans import make_plan  # noqa: E402
 
 from spottrain.sim.job import SimParams  # noqa: E402
@@ -41,7 +44,8 @@ def main() -> None:
     for zone in ZONES:
         plan = make_plan(zone=zone)
         rows = (("replace-same", SimParams()), ("replace-cheapest, alternatives=()", SimParams(alternatives=())),
-                ("replace-cheapest, 4 alternatives", SimParams()))
+                ("replace-cheapest, 4 alternatives", SimParams()), ("deadline-margin", SimParams()),
+                ("deadline-cheapest, 4 alternatives", SimParams()))
         for label, params in rows:
             res = simulate(plan, trace=TRACE.format(zone=zone), policies=[label.split(",")[0]], runs=runs,
                            workers=2, params=params)
@@ -58,11 +62,12 @@ def main() -> None:
             f"Command: `.venv/bin/python bench/sim_alternatives.py --runs {runs}`", "",
             f"Machine: {machine()} (shared with other jobs while measured: timings are noisy).", "",
             "Plan: 16 x p3.2xlarge spot (V100, $0.918/h in the fixture), 24 h of work, 36 h deadline, "
-            "synchronous all-reduce. Anchor: replace-same on the same runs (common random numbers).", "",
+            "synchronous all-reduce. Anchors: replace-same, and deadline-margin for deadline-cheapest, on the same "
+            "runs (common random numbers).", "",
             *lines, "", "Alternatives and where their revocations came from:", "", *notes, ""]
     print("\n".join(page))
     if args.write:
-        Path(args.write).write_text("\n".join(page))
+        write_page(args.write, page)
 
 
 if __name__ == "__main__":

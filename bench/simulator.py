@@ -34,6 +34,8 @@ SPEED_ZONES = ("us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f", "us-east-
 OURS = "deadline-margin"
 OURS_NEW = "deadline-return"
 """Ours too: on-demand only while spot is away (compared with the baselines like OURS)."""
+OURS_CROSS = "deadline-cheapest"
+"""Ours too: deadline-margin's slack, replacing across instance types (the catalog's 4 alternatives)."""
 LOAD = [0.0]
 BASELINES = ("uniform-progress", "replace-same", "checkpoint-restart", "skypilot-managed", "deepvm-anchor",
              "replan-on-price", "on-demand")
@@ -101,7 +103,7 @@ def fidelity(runs: int) -> list[str]:
 
 def policies(runs: int) -> list[str]:
     traces = [t for t in list_traces() if ("v100" in t and t.startswith("skypilot")) or t == "bamboo-aws-p3"]
-    names = (OURS, OURS_NEW) + BASELINES
+    names = (OURS, OURS_NEW, OURS_CROSS) + BASELINES
     per_trace: dict[str, dict[str, tuple[float, float]]] = {}
     for trace in traces:
         zone = next((z for z in SPEED_ZONES if z in trace), "us-east-1a")
@@ -126,6 +128,8 @@ def policies(runs: int) -> list[str]:
             continue
         if p == OURS_NEW:
             p_label = f"**{p}** (ours, returns to spot)"
+        elif p == OURS_CROSS:
+            p_label = f"**{p}** (ours, other instance types)"
         else:
             p_label = p
         cheaper = sum(v[OURS][0] <= v[p][0] for v in per_trace.values())

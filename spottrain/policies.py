@@ -309,19 +309,32 @@ def deadline_cheapest(state: JobState) -> Decision:
     over its ``p_available`` (any instance type the caller offers; see
     :data:`REPLACE_MAX_COST_RATIO`), but only when the slack still pays for the restart that
     its joining costs (its ``delay_s``). At a tick with nodes missing and nothing pending it
-    buys the missing nodes of the best option at once (the market may have come back). Once on
-    the fallback it stays there. Without a deadline it is :func:`replace_cheapest`.
+    buys the missing nodes of the best option at once (the market may have come back).
+
+    Other types only stand in while the plan's own type is away: the plan chose that type for
+    the deadline, and a slower stand-in spends slack that the on-demand fallback pays back later.
+    At a tick with other-type nodes live, nothing pending and the plan's type granted again
+    (``p_available`` > 0), it asks for the plan's spot nodes back and, once they have joined,
+    releases the other types. Once on the fallback it stays there. Without a deadline it is
+    :func:`replace_cheapest`.
     """
     planned_spot = sum(1 for n in state.planned if n.spot)
     if state.deadline_s is None or not state.on_demand_fallback or not planned_spot:
         return replace_cheapest(state)
     if state.event == "notice":
         return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
-    if state.event not in ("revoked", "tick", "price_change"):
-        return Decision()
     on_demand = sum(1 for n in state.nodes if not n.spot) + state.pending_on_demand
     if on_demand > len(state.planned) - planned_spot:
         return Decision()  # the fallback is running or booting: stay on it
+    plan_types = {n.instance_type for n in state.planned if n.spot}
+    others = tuple(n.node_id for n in state.nodes if n.spot and n.instance_type not in plan_types)
+    own = sum(1 for n in state.nodes if n.spot and n.instance_type in plan_types)
+    if state.event == "joined":
+        if others and own >= planned_spot:
+            return Decision(release=others, reason="the plan's type is back: release the other types")
+        return Decision()
+    if state.event not in ("revoked", "tick", "price_change"):
+        return Decision()
     margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
     slack = _fallback_slack(state)[0] - margin
     if slack <= 0:
@@ -330,6 +343,11 @@ def deadline_cheapest(state: JobState) -> Decision:
             release=tuple(n.node_id for n in state.nodes if n.spot), checkpoint_now=True,
             reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
         )
+    if state.event == "tick" and others and not state.pending:
+        back = [o for o in state.options if o.spot and o.instance_type in plan_types and o.p_available > 0.0]
+        if back and slack > back[0].delay_s:
+            return Decision(request=(back[0],) * (planned_spot - own),
+                            reason=f"{back[0].instance_type} has capacity again: move back from the other types")
     deficit = _deficit(state)
     if deficit <= 0 or state.event == "price_change" or (state.event == "tick" and state.pending):
         return Decision()

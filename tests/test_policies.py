@@ -211,3 +211,28 @@ def test_deadline_cheapest_refills_at_ticks_when_nothing_is_pending():
                                                  on_demand_fallback=_od(), options=(_t4(),))).request == ()
     assert get_policy("deadline-cheapest")(state(event="joined", nodes=(node(0),), deadline_s=100_000.0,
                                                  on_demand_fallback=_od(), options=(_t4(),))).request == ()
+
+
+def _on_t4(n):
+    return tuple(NodeView(node_id=f"t{i}", instance_type="g4dn.xlarge", gpu="T4", spot=True, zone="us-east-1a",
+                          price_usd_per_hour=0.2, throughput=40.0) for i in range(n))
+
+
+def test_deadline_cheapest_moves_back_to_the_plans_type_when_it_is_granted_again():
+    back = option()  # p3.2xlarge spot, p_available 1.0: its market has room again
+    s = state(event="tick", nodes=(node(0),) + _on_t4(3), deadline_s=100_000.0, on_demand_fallback=_od(),
+              options=(back, _t4()))
+    d = get_policy("deadline-cheapest")(s)
+    assert d.request == (back,) * 3 and not d.release
+    # not while its market is still empty, nor with a request outstanding
+    assert get_policy("deadline-cheapest")(state(event="tick", nodes=(node(0),) + _on_t4(3), deadline_s=100_000.0,
+                                                 on_demand_fallback=_od(), options=(T4_DOWN, _t4()))).request == ()
+    assert get_policy("deadline-cheapest")(state(event="tick", nodes=(node(0),) + _on_t4(3), pending=3,
+                                                 deadline_s=100_000.0, on_demand_fallback=_od(),
+                                                 options=(back, _t4()))).request == ()
+    # once the plan's nodes have joined, the other types go
+    joined = state(event="joined", nodes=tuple(node(i) for i in range(4)) + _on_t4(3), deadline_s=100_000.0,
+                   on_demand_fallback=_od())
+    assert set(get_policy("deadline-cheapest")(joined).release) == {"t0", "t1", "t2"}
+    half = state(event="joined", nodes=(node(0), node(1)) + _on_t4(3), deadline_s=100_000.0, on_demand_fallback=_od())
+    assert get_policy("deadline-cheapest")(half).release == ()

@@ -160,12 +160,12 @@ def test_trace_mode_uses_the_other_types_traces_or_its_fitted_model():
     assert any("other instance types for replace-cheapest" in n for n in res.notes)
 
 
-def _slow_alternative(tmp_path):
+def _slow_alternative(tmp_path, outage_end_s=OUTAGE_END_S):
     """The V100 market of :func:`_scenario` empties at 2000 s; the other type is a T4 (g4dn.xlarge,
     synthetic trace, always room), cheap per sample but slower than V100: 6 h deadline, 4 h job."""
     plan = make_plan(nodes=4, hours=4.0, interval_s=1000.0, deadline_h=6.0)
     own = write_trace(tmp_path / "synthetic_own.csv",
-                      [(0, "z", "available", 4), (2000, "z", "available", 0), (OUTAGE_END_S, "z", "available", 4)],
+                      [(0, "z", "available", 4), (2000, "z", "available", 0), (outage_end_s, "z", "available", 4)],
                       duration_s=100_000.0)
     other = write_trace(tmp_path / "synthetic_t4.csv", [(0, "z", "available", 4)], duration_s=100_000.0,
                         gpu="T4", instance_type="g4dn.xlarge")
@@ -196,6 +196,20 @@ def test_deadline_cheapest_meets_the_deadline_replace_cheapest_misses_for_less_t
     switches = [r for _, r in ours.timeline["decisions"] if "switch to on-demand" in r]
     assert len(switches) == 1  # no second fallback while the first boots
     assert ours.replacements == 8  # 4 x T4, then the 4 on-demand V100
+
+
+def test_deadline_cheapest_moves_back_to_v100_when_its_market_returns(tmp_path):
+    plan, src, params = _slow_alternative(tmp_path, outage_end_s=5000.0)
+    markets = make_markets(plan, src, params)
+    ours = make_setup(plan, "deadline-cheapest", src, params, markets).run(1, record=True)
+    margin = make_setup(plan, "deadline-margin", src, params, markets).run(1)
+    assert ours.deadline_met and not ours.switched_on_demand and ours.other_type_nodes == 4
+    keys = [(t, k) for t, k in ours.timeline["membership_keys"]]
+    assert (("T4", 1, 4),) in [k for _, k in keys] and keys[-1][1] == (("V100", 1, 4),)
+    back = min(t for t, k in keys if k == (("V100", 1, 4),) and t > 2000.0)
+    assert 5000.0 <= back <= 5000.0 + 300.0 + 150.0 + 70.0  # next tick, start-up, restart
+    # the T4s bridged the outage: no on-demand, sooner and cheaper than waiting for V100
+    assert ours.makespan_s < margin.makespan_s and ours.cost_usd < margin.cost_usd
 
 
 def test_deadline_cheapest_meets_deadlines_at_least_as_often_as_deadline_margin():
