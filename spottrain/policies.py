@@ -199,7 +199,8 @@ def uniform_progress(state: JobState) -> Decision:
         od_delay = max(o.delay_s for o in state.on_demand_fallback)
         slack = state.deadline_s - state.now_s - need_s - od_delay
         all_on_demand = state.nodes and all(not n.spot for n in state.nodes)
-        if slack <= 0 and not all_on_demand:
+        # pending_on_demand: the fallback was already requested and is still booting
+        if slack <= 0 and not all_on_demand and not state.pending_on_demand:
             return Decision(
                 switch_to_on_demand=True,
                 request=state.on_demand_fallback,

@@ -52,6 +52,17 @@ def test_uniform_progress_switches_only_when_slack_runs_out():
     assert d.switch_to_on_demand and len(d.request) == 4 and set(d.release) == {"n0", "n1", "n2"}
 
 
+def test_uniform_progress_does_not_ask_twice_while_the_fallback_boots():
+    od = tuple(option(spot=False, price=3.06) for _ in range(4))
+    tight = dict(deadline_s=1000.0 + 2600.0, on_demand_fallback=od, event="tick")
+    for name in ("uniform-progress", "deadline-margin"):
+        # spot released, the on-demand fallback requested and not joined yet: a tick changes nothing
+        d = get_policy(name)(state(nodes=(), pending=4, pending_on_demand=4, **tight))
+        assert not d.switch_to_on_demand and not d.request, name
+        # spot replacements pending (not the fallback) do not stop the switch
+        assert get_policy(name)(state(nodes=(), pending=4, **tight)).switch_to_on_demand, name
+
+
 def test_deadline_margin_switches_earlier_than_uniform_progress():
     od = tuple(option(spot=False, price=3.06) for _ in range(4))
     # Slack of 5 minutes, margin min(20 min, 10% of 3950 s): uniform progress waits, the margin policy switches.
