@@ -5,7 +5,9 @@
 
 Modules: :mod:`~spottrain.sim.core` (discrete-event core), :mod:`~spottrain.sim.job` (the job
 model), :mod:`~spottrain.sim.sources` (trace replay, sampled lifetimes),
+:mod:`~spottrain.sim.markets` (markets of other instance types a policy may buy),
 :mod:`~spottrain.sim.baselines` (the literature's policies), :mod:`~spottrain.sim.montecarlo`,
+:mod:`~spottrain.sim.hindsight` (candidate plans on common runs, hindsight-optimal plan),
 :mod:`~spottrain.sim.reproduce` (ICAC'19 reproduction), :mod:`~spottrain.sim.timeline`.
 """
 
