@@ -54,7 +54,7 @@ def main() -> None:
                          f"{s.cost_usd.mean:,.0f} | {100 * (s.deadline_met_rate or 0):.0f}% | {s.makespan_h.mean:.1f} | "
                          f"{s.other_type_nodes.mean:.1f} |")
             print(lines[-1], flush=True)
-            if res.alternatives:
+            if res.alternatives and not any(n.startswith(f"- {zone}: ") for n in notes):  # once per zone
                 notes.append(f"- {zone}: " + "; ".join(
                     f"{a['instance_type']} ({a['gpu']}, ${a['price_usd_per_hour']:.3f}/h): {a['revocations']}"
                     for a in res.alternatives))
