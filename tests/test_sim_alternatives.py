@@ -14,21 +14,25 @@ ALT_PRICE = 0.5
 OUTAGE_END_S = 40_000.0
 
 
-def _scenario(tmp_path):
-    """4 x p3.2xlarge whose market is empty from t=2000 s to t=40000 s (synthetic trace); a
-    g5.xlarge (A10G) market that always has room (synthetic trace)."""
-    plan = make_plan(nodes=4, hours=4.0, interval_s=1000.0, deadline_h=8.0)
+def _outage(tmp_path, *, gpu, instance_type, price, deadline_h, outage_end_s=OUTAGE_END_S):
+    """4 x p3.2xlarge (4 h of work) whose market is empty from t=2000 s to ``outage_end_s``
+    (synthetic trace); a market of ``instance_type`` that always has room (synthetic trace)."""
+    plan = make_plan(nodes=4, hours=4.0, interval_s=1000.0, deadline_h=deadline_h)
     own = write_trace(tmp_path / "synthetic_own.csv",
-                      [(0, "z", "available", 4), (2000, "z", "available", 0), (OUTAGE_END_S, "z", "available", 4)],
+                      [(0, "z", "available", 4), (2000, "z", "available", 0), (outage_end_s, "z", "available", 4)],
                       duration_s=100_000.0)
-    other = write_trace(tmp_path / "synthetic_other.csv", [(0, "z", "available", 4)], duration_s=100_000.0,
-                        gpu="A10G", instance_type="g5.xlarge")
+    other = write_trace(tmp_path / "synthetic_other.csv", [(0, "z", "available", 4)],
+                        duration_s=100_000.0, gpu=gpu, instance_type=instance_type)
     src = sources.from_trace(own, plan, horizon_s=100_000.0)
     src.fixed_offset_s = 0.0
-    alts = ({"instance_type": "g5.xlarge", "gpu": "A10G", "gpus_per_node": 1, "zone": "synthetic-az",
-             "price_usd_per_hour": ALT_PRICE, "trace": other},)
-    params = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, alternatives=alts)
-    return plan, src, params
+    alts = ({"instance_type": instance_type, "gpu": gpu, "gpus_per_node": 1, "zone": "synthetic-az",
+             "price_usd_per_hour": price, "trace": other},)
+    return plan, src, SimParams(checkpoint_cost_s=10.0, restart_s=60.0, alternatives=alts)
+
+
+def _scenario(tmp_path):
+    """The V100 outage with a g5.xlarge (A10G) market beside it; 8 h deadline."""
+    return _outage(tmp_path, gpu="A10G", instance_type="g5.xlarge", price=ALT_PRICE, deadline_h=8.0)
 
 
 def _run(plan, src, params, policy, seed=1):
@@ -161,19 +165,10 @@ def test_trace_mode_uses_the_other_types_traces_or_its_fitted_model():
 
 
 def _slow_alternative(tmp_path, outage_end_s=OUTAGE_END_S):
-    """The V100 market of :func:`_scenario` empties at 2000 s; the other type is a T4 (g4dn.xlarge,
-    synthetic trace, always room), cheap per sample but slower than V100: 6 h deadline, 4 h job."""
-    plan = make_plan(nodes=4, hours=4.0, interval_s=1000.0, deadline_h=6.0)
-    own = write_trace(tmp_path / "synthetic_own.csv",
-                      [(0, "z", "available", 4), (2000, "z", "available", 0), (outage_end_s, "z", "available", 4)],
-                      duration_s=100_000.0)
-    other = write_trace(tmp_path / "synthetic_t4.csv", [(0, "z", "available", 4)], duration_s=100_000.0,
-                        gpu="T4", instance_type="g4dn.xlarge")
-    src = sources.from_trace(own, plan, horizon_s=100_000.0)
-    src.fixed_offset_s = 0.0
-    alts = ({"instance_type": "g4dn.xlarge", "gpu": "T4", "gpus_per_node": 1, "zone": "synthetic-az",
-             "price_usd_per_hour": 0.2, "trace": other},)
-    return plan, src, SimParams(checkpoint_cost_s=10.0, restart_s=60.0, alternatives=alts)
+    """The V100 outage with a T4 market beside it (g4dn.xlarge, cheap per sample but slower than
+    V100): 6 h deadline."""
+    return _outage(tmp_path, gpu="T4", instance_type="g4dn.xlarge", price=0.2, deadline_h=6.0,
+                   outage_end_s=outage_end_s)
 
 
 def test_deadline_cheapest_meets_the_deadline_replace_cheapest_misses_for_less_than_deadline_margin(tmp_path):
