@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from spottrain.catalog import load_catalog  # noqa: E402
 from spottrain.perf.workload import Workload  # noqa: E402
 from spottrain.planner import plan  # noqa: E402
 from spottrain.planner.api import market_mask, prepare, solve  # noqa: E402
-from spottrain.planner.formulation import group_keys  # noqa: E402
+from spottrain.planner.exhaustive import all_plans  # noqa: E402
 
 SAMPLES = 90 * 1_281_167
 
@@ -84,21 +83,11 @@ def pareto_latency(catalog, w, runs: int = 3) -> tuple[float, float, int, int]:
 
 
 def exhaustive(ctx, mask):
-    cands = sorted({int(i) for i in ctx.cols.cand[mask]})
-    keys = group_keys(ctx.cands, ctx.limits.same_gpu)
-    limits = {i: int(ctx.cols.n[ctx.cols.cand == i].max()) for i in cands}
     best, n_eval = None, 0
-    for k in (1, 2, 3):
-        for combo in itertools.combinations(cands, k):
-            if len({keys[i] for i in combo}) > 1:
-                continue
-            for counts in itertools.product(*[range(1, limits[i] + 1) for i in combo]):
-                if sum(counts) > ctx.limits.max_nodes:
-                    continue
-                o = ctx.evaluate(tuple(zip(combo, counts)))
-                n_eval += 1
-                if o.feasible and (best is None or o.cost_usd < best.cost_usd):
-                    best = o
+    for o in all_plans(ctx, mask):
+        n_eval += 1
+        if o.feasible and (best is None or o.cost_usd < best.cost_usd):
+            best = o
     return best, n_eval
 
 

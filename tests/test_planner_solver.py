@@ -1,8 +1,6 @@
 """The planner's solver against brute force on small synthetic catalogs."""
 
-import itertools
 
-import numpy as np
 import pytest
 
 from spottrain.catalog import Offer
@@ -10,7 +8,7 @@ from spottrain.errors import InfeasibleError, InputError
 from spottrain.perf.workload import Workload
 from spottrain.planner import plan
 from spottrain.planner.api import market_mask, prepare, solve
-from spottrain.planner.formulation import group_keys
+from spottrain.planner.exhaustive import all_plans
 
 WORKLOAD = Workload(model="synthetic-resnet50", batch_size=64, flops_per_sample=24.3e9, param_count=25_557_032,
                     gradient_bytes=102e6)
@@ -34,23 +32,13 @@ SYNTHETIC = [
 
 def brute_force(ctx, mask, objective):
     """Every plan of up to 3 kinds in one placement group, evaluated exactly."""
-    cands = [i for i in range(len(ctx.cands)) if mask[np.flatnonzero(ctx.cols.cand == i)].any()]
-    keys = group_keys(ctx.cands, ctx.limits.same_gpu)
     best = None
-    limits = {i: int(ctx.cols.n[ctx.cols.cand == i].max()) for i in cands}
-    for k in (1, 2, 3):
-        for combo in itertools.combinations(cands, k):
-            if len({keys[i] for i in combo}) > 1:
-                continue
-            for counts in itertools.product(*[range(1, limits[i] + 1) for i in combo]):
-                if sum(counts) > ctx.limits.max_nodes:
-                    continue
-                o = ctx.evaluate(tuple(zip(combo, counts)))
-                if not o.feasible:
-                    continue
-                key = o.cost_usd if objective == "min-cost" else o.time_mean_s
-                if best is None or key < best[0] - 1e-9 * abs(best[0]):
-                    best = (key, o)
+    for o in all_plans(ctx, mask):
+        if not o.feasible:
+            continue
+        key = o.cost_usd if objective == "min-cost" else o.time_mean_s
+        if best is None or key < best[0] - 1e-9 * abs(best[0]):
+            best = (key, o)
     return best[1] if best else None
 
 

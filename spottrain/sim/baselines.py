@@ -37,9 +37,6 @@ from spottrain.policies import (
     register_policy,
     replace_cheapest,
     replace_same,
-    uniform_progress,
-    deadline_margin,
-    DEADLINE_MARGIN_S,
 )
 
 ANCHOR_CHECKPOINT_FACTOR = 0.25
