@@ -48,6 +48,15 @@ def estimate_tensor_count(param_count: float) -> float:
     return float(min(max(160.0 * (max(param_count, 1.0) / 25e6) ** 0.25, 8.0), 2000.0))
 
 
+TRAINING_STATE_BYTES_PER_PARAM = 16.0
+"""fp32 weights, gradients and Adam's two moments: 4 x 4 bytes per parameter."""
+
+
+def training_state_gib(param_count: float) -> float:
+    """GPU memory of a data-parallel worker's training state, activations not counted (a lower bound)."""
+    return TRAINING_STATE_BYTES_PER_PARAM * float(param_count) / 2**30
+
+
 @functools.lru_cache(maxsize=512)
 def input_pixels(name: str) -> float:
     """Decoded image elements per sample of a zoo model fed by an image pipeline (0 otherwise).

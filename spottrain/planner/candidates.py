@@ -9,7 +9,7 @@ first provable pruning step of the planner (see :mod:`spottrain.planner.formulat
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -206,4 +206,6 @@ def memory_needed_gib(workload: Any, profile: Any | None = None) -> float:
                     pb = getattr(profile, "batch_size", workload.batch_size)
                     base += float(per_sample) * (workload.batch_size - pb)
                 return base / 2**30
-    return 16.0 * float(workload.param_count) / 2**30
+    from spottrain.perf.workload import training_state_gib
+
+    return training_state_gib(workload.param_count)

@@ -159,13 +159,13 @@ def alternative_offers(plan: Plan, limit: int = 4) -> list[dict[str, Any]]:
     if hit is not None:
         return [dict(x) for x in hit]
     from spottrain.catalog import gpu_spec, load_catalog
+    from spottrain.perf.workload import training_state_gib
 
     g0 = spot[0]
     own = {g.instance_type for g in plan.groups}
     zones = {z.lower() for z in plan.extra.get("zones") or ()} or None
-    # the planner's GPU-memory rule without a profile (spottrain.planner.candidates.memory_needed_gib:
-    # weights, gradients and Adam state, 16 bytes per parameter); importing the planner costs 0.5 s
-    need_gib = float(plan.extra.get("memory_needed_gib") or 16.0 * plan.workload.param_count / 2**30)
+    # the planner's GPU-memory rule without a profile (spottrain.planner.candidates.memory_needed_gib)
+    need_gib = float(plan.extra.get("memory_needed_gib") or training_state_gib(plan.workload.param_count))
     all_reduce = plan.ps == 0 and plan.sync != "async"
     nodes = sum(g.count for g in spot)
     best: dict[str, Any] = {}
