@@ -111,6 +111,11 @@ class Plan:
             parts.append(part)
         return "+".join(parts)
 
+    @property
+    def label(self) -> str:
+        """Instance types, counts and markets, e.g. ``4x p3.2xlarge spot + 1x p3.2xlarge on-demand``."""
+        return " + ".join(f"{g.count}x {g.instance_type} {'spot' if g.spot else 'on-demand'}" for g in self.groups)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["kind"] = PLAN_KIND

@@ -102,7 +102,7 @@ def _meets(p: Plan) -> bool | None:
 
 
 def plan_label(p: Plan) -> str:
-    return " + ".join(f"{g.count}x {g.instance_type} {'spot' if g.spot else 'on-demand'}" for g in p.groups)
+    return p.label
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -91,7 +91,7 @@ class Hindsight:
 
 
 def plan_label(plan: Plan) -> str:
-    return " + ".join(f"{g.count}x {g.instance_type} {'spot' if g.spot else 'on-demand'}" for g in plan.groups)
+    return plan.label
 
 
 def setup_for(plan: Plan, trace: str | None, params: SimParams | None = None) -> SimSetup:
@@ -195,7 +195,6 @@ def matching_traces(group: Any, *, traces: Sequence[str] | None = None,
     by zone (a zone drops every trace recorded there, whatever its date), so that a benchmark can
     hold out the trace it scores on. ``traces``: names or user-CSV paths (default: shipped)."""
     from spottrain.sim import _deps
-    from spottrain.sim.job import canonical
 
     names = list(traces) if traces is not None else _deps.list_traces()
     drop = {x.lower() for x in exclude}
@@ -209,7 +208,7 @@ def matching_traces(group: Any, *, traces: Sequence[str] | None = None,
         if t.instance_type:
             if t.instance_type == group.instance_type:
                 by_type.append(name)
-        elif t.gpu and canonical(t.gpu) == canonical(group.gpu):
+        elif t.gpu and _deps.canonical_gpu(t.gpu) == _deps.canonical_gpu(group.gpu):
             by_gpu.append(name)
     return by_type or by_gpu
 
