@@ -51,7 +51,7 @@ from _pages import write_page  # noqa: E402
 from spottrain.perf import Workload  # noqa: E402
 from spottrain.plan import Plan  # noqa: E402
 from spottrain.planner import plan as make_plan  # noqa: E402
-from spottrain.planner.refine import candidate_plans, refine  # noqa: E402
+from spottrain.planner.refine import candidate_plans, refine, replay_group  # noqa: E402
 from spottrain.sim.hindsight import hindsight, plan_label, simulate_plans  # noqa: E402
 
 TYPES = ("p3.2xlarge", "p3.16xlarge", "p2.xlarge", "p2.16xlarge")
@@ -87,9 +87,7 @@ def trace_for(zone_set: str):
     pattern = TRACE_SETS[zone_set]
 
     def f(p: Plan) -> str:
-        spot = [g for g in p.groups if g.spot]
-        g = max(spot, key=lambda g: g.count * g.gpus_per_node)
-        return pattern.format(TRACE_OF[g.instance_type])
+        return pattern.format(TRACE_OF[replay_group(p).instance_type])
 
     return f
 

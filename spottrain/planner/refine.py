@@ -246,7 +246,7 @@ def _select(cands: list[tuple[str, Plan]], ctx: Context, cap: int) -> tuple[list
 # --------------------------------------------------------------------------- availability
 
 
-def _spot_group(p: Plan) -> Any:
+def replay_group(p: Plan) -> Any:
     """The group whose market replays the plan's spot nodes (the largest spot group)."""
     spot = [g for g in p.groups if g.spot]
     return max(spot, key=lambda g: g.count * g.gpus_per_node) if spot else None
@@ -271,7 +271,7 @@ class _Availability:
         from spottrain.sim import sources
         from spottrain.sim.hindsight import pooled_source
 
-        g = _spot_group(p)
+        g = replay_group(p)
         names = self.names_for(g)
         mixed = len({x.instance_type for x in p.groups if x.spot}) > 1
         suffix = f" (the spot groups of this mix replay the market of {g.instance_type})" if mixed else ""
