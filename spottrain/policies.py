@@ -186,6 +186,16 @@ def no_replace(state: JobState) -> Decision:
     return Decision()
 
 
+def _fallback_slack(state: JobState) -> tuple[float, float]:
+    """``(slack_s, switch_s)``: time to spare if the rest ran on the on-demand fallback from the
+    next switch, and what one switch to it costs (start-up of the fallback + one restart)."""
+    od_rate = sum(o.throughput for o in state.on_demand_fallback)
+    od_delay = max(o.delay_s for o in state.on_demand_fallback)
+    need_s = state.remaining_samples / max(od_rate, 1e-12) + state.restart_overhead_s
+    assert state.deadline_s is not None
+    return state.deadline_s - state.now_s - need_s - od_delay, od_delay + state.restart_overhead_s
+
+
 def uniform_progress(state: JobState) -> Decision:
     """Can't Be Late (NSDI'24): stay on spot while the slack allows, else go on-demand.
 
@@ -194,10 +204,7 @@ def uniform_progress(state: JobState) -> Decision:
     switch to the on-demand cluster so the deadline is still met.
     """
     if state.deadline_s is not None and state.on_demand_fallback and state.event in ("revoked", "tick", "price_change"):
-        od_rate = sum(o.throughput for o in state.on_demand_fallback)
-        need_s = state.remaining_samples / max(od_rate, 1e-12) + state.restart_overhead_s
-        od_delay = max(o.delay_s for o in state.on_demand_fallback)
-        slack = state.deadline_s - state.now_s - need_s - od_delay
+        slack = _fallback_slack(state)[0]
         all_on_demand = state.nodes and all(not n.spot for n in state.nodes)
         # pending_on_demand: the fallback was already requested and is still booting
         if slack <= 0 and not all_on_demand and not state.pending_on_demand:
@@ -232,16 +239,6 @@ def deadline_margin(state: JobState) -> Decision:
 
 RETURN_BUFFER_SWITCHES = 3.0
 """Slack :func:`deadline_return` keeps for going back to spot, in round trips spot -> on-demand -> spot."""
-
-
-def _fallback_slack(state: JobState) -> tuple[float, float]:
-    """``(slack_s, switch_s)``: time to spare if the rest ran on the on-demand fallback from the
-    next switch, and what one switch to it costs (start-up of the fallback + one restart)."""
-    od_rate = sum(o.throughput for o in state.on_demand_fallback)
-    od_delay = max(o.delay_s for o in state.on_demand_fallback)
-    need_s = state.remaining_samples / max(od_rate, 1e-12) + state.restart_overhead_s
-    assert state.deadline_s is not None
-    return state.deadline_s - state.now_s - need_s - od_delay, od_delay + state.restart_overhead_s
 
 
 def deadline_return(state: JobState) -> Decision:
