@@ -208,13 +208,7 @@ def uniform_progress(state: JobState) -> Decision:
         all_on_demand = state.nodes and all(not n.spot for n in state.nodes)
         # pending_on_demand: the fallback was already requested and is still booting
         if slack <= 0 and not all_on_demand and not state.pending_on_demand:
-            return Decision(
-                switch_to_on_demand=True,
-                request=state.on_demand_fallback,
-                release=tuple(n.node_id for n in state.nodes if n.spot),
-                checkpoint_now=True,
-                reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
-            )
+            return _to_on_demand(state, f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline")
     return replace_same(state)
 
 
@@ -222,6 +216,18 @@ DEADLINE_MARGIN_S = 1200.0
 """Safety margin of :func:`deadline_margin`: a few policy ticks (5 min each) plus a restart."""
 DEADLINE_MARGIN_SHARE = 0.1
 """...but never more than this share of the deadline, so short jobs are not pushed on-demand at once."""
+
+
+def _margin_s(deadline_s: float) -> float:
+    """:func:`deadline_margin`'s safety margin for a deadline: :data:`DEADLINE_MARGIN_S`, at most
+    :data:`DEADLINE_MARGIN_SHARE` of the deadline."""
+    return min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * deadline_s)
+
+
+def _to_on_demand(state: JobState, reason: str) -> Decision:
+    """Release the spot nodes, checkpoint, and request the on-demand fallback."""
+    return Decision(switch_to_on_demand=True, request=state.on_demand_fallback,
+                    release=tuple(n.node_id for n in state.nodes if n.spot), checkpoint_now=True, reason=reason)
 
 
 def deadline_margin(state: JobState) -> Decision:
@@ -232,7 +238,7 @@ def deadline_margin(state: JobState) -> Decision:
     on-demand up to one tick late and misses the deadline by minutes; the margin absorbs that.
     """
     if state.deadline_s is not None:
-        margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
+        margin = _margin_s(state.deadline_s)
         state = replace(state, deadline_s=state.deadline_s - margin)
     return uniform_progress(state)
 
@@ -258,7 +264,7 @@ def deadline_return(state: JobState) -> Decision:
         return replace_same(state)
     if state.event == "notice":
         return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
-    margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
+    margin = _margin_s(state.deadline_s)
     slack, switch_s = _fallback_slack(state)
     slack -= margin
     buffer_s = RETURN_BUFFER_SWITCHES * switch_s
@@ -278,17 +284,9 @@ def deadline_return(state: JobState) -> Decision:
                 return Decision(request=wanted, reason="on-demand with slack to spare: ask for spot again")
         return Decision()
     if slack <= buffer_s and state.event in ("revoked", "tick", "price_change") and len(spot_live) < len(planned_spot):
-        return Decision(
-            switch_to_on_demand=True, request=state.on_demand_fallback,
-            release=tuple(n.node_id for n in spot_live), checkpoint_now=True,
-            reason=f"spot short and slack {slack:.0f}s within the buffer: on-demand until spot is back",
-        )
+        return _to_on_demand(state, f"spot short and slack {slack:.0f}s within the buffer: on-demand until spot is back")
     if slack <= 0 and state.event in ("revoked", "tick", "price_change"):
-        return Decision(
-            switch_to_on_demand=True, request=state.on_demand_fallback,
-            release=tuple(n.node_id for n in spot_live), checkpoint_now=True,
-            reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
-        )
+        return _to_on_demand(state, f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline")
     return replace_same(state)
 
 
@@ -333,14 +331,10 @@ def deadline_cheapest(state: JobState) -> Decision:
         return Decision()
     if state.event not in ("revoked", "tick", "price_change"):
         return Decision()
-    margin = min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * state.deadline_s)
+    margin = _margin_s(state.deadline_s)
     slack = _fallback_slack(state)[0] - margin
     if slack <= 0:
-        return Decision(
-            switch_to_on_demand=True, request=state.on_demand_fallback,
-            release=tuple(n.node_id for n in state.nodes if n.spot), checkpoint_now=True,
-            reason=f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline",
-        )
+        return _to_on_demand(state, f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline")
     if state.event == "tick" and others and not state.pending:
         back = [o for o in state.options if o.spot and o.instance_type in plan_types and o.p_available > 0.0]
         if back and slack > back[0].delay_s:
