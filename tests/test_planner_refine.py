@@ -191,3 +191,17 @@ def test_plan_refined_runs_the_planner_and_refines_the_same_request(synthetic_ou
     assert plan_label(ref.analytical) == plan_label(result.best)
     assert all(g.spot for c in ref.candidates for g in c.plan.groups)  # spot only: no on-demand candidates
     assert ref.plan.deadline_s == 16 * 3600 and "refined" in ref.plan.extra
+
+
+def test_pareto_candidates_keep_the_region_of_their_front_point():
+    # p3.16xlarge in two regions: a front point must become a plan in its own region (its price),
+    # not the same instance type's plan in the other region.
+    result, ctx = _request(regions=["us-west-2", "us-east-1"], deadline_h=36.0)
+    front = {(pt["label"], pt["region"]): pt for pt in result.pareto if "region" in pt}
+    assert front
+    cands = [(o, p) for o, p in candidate_plans(ctx, result) if o == "pareto"]
+    assert cands
+    for _, p in cands:
+        pt = front.get((plan_label(p), p.groups[0].region))
+        assert pt is not None, plan_label(p)
+        assert p.prediction.cost_usd == pytest.approx(pt["cost_usd"], rel=1e-9)

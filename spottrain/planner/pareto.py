@@ -45,9 +45,7 @@ def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,
     idx = np.flatnonzero(ok)
     t = sub.time_mean_s[idx]
     c = sub.cost_usd[idx]
-    pts = [{"label": f"{int(sub.n[j])}x {ctx.cands[int(sub.cand[j])].instance_type}"
-                     f"{' spot' if ctx.cands[int(sub.cand[j])].spot else ' on-demand'}",
-            "duration_s": float(sub.time_mean_s[j]), "cost_usd": float(sub.cost_usd[j])}
+    pts = [_point(ctx.cands[int(sub.cand[j])], int(sub.n[j]), float(sub.time_mean_s[j]), float(sub.cost_usd[j]))
            for j in idx[front_indices(t, c)]]
     if chosen is not None:
         pts.append({"label": describe(ctx, chosen), "duration_s": chosen.time_mean_s, "cost_usd": chosen.cost_usd})
@@ -57,6 +55,12 @@ def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,
     ts = np.array([p["duration_s"] for p in pts])
     cs = np.array([p["cost_usd"] for p in pts])
     return [pts[j] for j in front_indices(ts, cs)]
+
+
+def _point(cand: Any, n: int, duration_s: float, cost_usd: float) -> dict[str, Any]:
+    """A homogeneous point; ``region`` and ``zone`` tell apart the same instance type in several places."""
+    return {"label": f"{n}x {cand.instance_type} {'spot' if cand.spot else 'on-demand'}", "duration_s": duration_s,
+            "cost_usd": cost_usd, "region": cand.region, "zone": cand.zone}
 
 
 def _mix_points(ctx: Any, mask: np.ndarray, on_front: set[int], pts: list[dict[str, Any]],

@@ -161,17 +161,18 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
             if isinstance(b, Plan):
                 add("baseline", b)
     deadline, budget = ctx.limits.deadline_s, ctx.limits.budget_usd
-    index = {(c.instance_type, c.spot): i for i, c in enumerate(ctx.cands)}
+    index = {(c.instance_type, c.spot, c.region, c.zone): i for i, c in enumerate(ctx.cands)}
     cols = ctx.cols
     sizes_of = {i: np.unique(cols.n[cols.cand == i]) for i in range(len(ctx.cands))}
     picks: dict[tuple[int, int], str] = {}
     for pt in result.pareto:
         m = _LABEL.match(pt.get("label", ""))
-        if not m or (m[2], m[3] == "spot") not in index:
+        kind = (m[2], m[3] == "spot", pt.get("region"), pt.get("zone")) if m else None
+        if kind not in index:
             continue
         if deadline is not None and pt["duration_s"] > deadline:
             continue
-        picks.setdefault((index[(m[2], m[3] == "spot")], int(m[1])), "pareto")
+        picks.setdefault((index[kind], int(m[1])), "pareto")
     for i, c in enumerate(ctx.cands):
         if not c.spot and not on_demand:
             continue
