@@ -1,0 +1,39 @@
+"""GPU names as benchmark tables spell them resolve to one device; unknown names still fail."""
+
+import pytest
+
+from spottrain.errors import UnknownNameError
+from spottrain.perf import Workload, predict_throughput
+from spottrain.perf.hardware import device
+
+
+@pytest.mark.parametrize(("spelling", "name"), [
+    ("H100 SXM5", "H100"), ("H100-SXM5-80GB", "H100"), ("NVIDIA GeForce RTX 4090", "RTX4090"),
+    ("GeForce RTX 3090", "RTX3090"), ("NVIDIA RTX A6000", "RTXA6000"), ("A100-SXM4-80GB", "A100-80GB"),
+    ("A100-PCIe-40GB", "A100-PCIe"), ("H100-PCIe-80GB", "H100-PCIe"), ("RTX 6000 Ada", "RTX6000-Ada"),
+    ("Quadro RTX 6000", "RTX6000"), ("V100-SXM2-32GB", "V100-32GB"), ("Tesla V100", "V100"),
+    ("RTX 2080 Ti", "RTX2080Ti"), ("TITAN RTX", "TitanRTX"), ("A40", "A40"), ("L40S", "L40S"), ("L40", "L40"),
+])
+def test_board_spellings_resolve(spelling, name):
+    assert device(spelling).name == name
+
+
+def test_board_words_do_not_merge_different_boards():
+    # The PCIe boards keep their own (lower) bandwidth; the 80 GB SXM board its own memory speed.
+    assert device("A100-PCIe").memory_bandwidth_gbs < device("A100-80GB").memory_bandwidth_gbs
+    assert device("H100-PCIe").fp32_tflops < device("H100").fp32_tflops
+    assert device("RTX6000").fp32_tflops < device("RTX6000-Ada").fp32_tflops
+
+
+def test_unknown_gpu_still_names_the_near_miss():
+    with pytest.raises(UnknownNameError, match="V100"):
+        device("V10")
+
+
+@pytest.mark.parametrize("gpu", ["A40", "A30", "RTXA5000", "RTXA4000", "RTX3080", "RTX2080Ti", "RTX2080", "RTX2070",
+                                 "TitanRTX", "TitanV", "GTX1080Ti", "P40", "P4000", "L40", "H100-NVL"])
+def test_added_boards_predict_in_order_of_their_peaks(gpu):
+    """Every added board predicts a finite speed between the slowest and fastest cloud GPUs' speeds."""
+    w = Workload.from_zoo("resnet50", 64)
+    x = predict_throughput(w, f"1x{gpu}").throughput
+    assert predict_throughput(w, "1xK80").throughput < x < predict_throughput(w, "1xB200").throughput
