@@ -32,12 +32,17 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
   ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``; every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
 
-      D = ps_t * n_t / k  +  2 S / (B_ps * k ** kappa)
+      D = ps_t * n_t * s_t  +  2 S * s_b / B_ps
 
-  (a per-tensor RPC / apply cost, spread over k servers -- variables are placed round-robin, each
-  server holds n_t / k of them -- plus push and pull of the bytes; kappa < 1 when the bytes do not
-  split evenly, held in [0, 1]: k servers divide the work by k at best, which matters when a plan
-  extrapolates to more servers than were measured). A worker node cycles between
+  (a per-tensor RPC / apply cost plus push and pull of the bytes, on the busiest of the k servers:
+  s_t and s_b are the largest shares of the tensors and of the bytes that one server holds, both
+  1 for one server and >= 1 / k). The
+  servers work on an update in parallel, so the busiest one sets the pace. TensorFlow 1 places
+  variables round-robin in creation order, so the split depends on the order of the model's
+  variables: where it is known (:mod:`spottrain.perf.placement`: Tensor2Tensor's CIFAR ResNets
+  split about evenly, Shake-Shake puts 99.7 % of its bytes on one of two servers), the shares are
+  computed; otherwise ``s_t = 1 / k`` and ``s_b = k ** -kappa``, kappa in [0, 1] (prior 0.7: an
+  uneven split; k servers divide the work by k at best). A worker node cycles between
   ``Z_i = t_comp_i + t_intra_i + 2 S / B_nic_i`` (its own compute and transfer, the transfer overlapping
   the compute by a fraction phi_ps) and the servers.
   *Asynchronous* training is a closed queueing network of N workers and one queueing station of
@@ -79,7 +84,8 @@ PRIOR = {
     "log_level": (0.0, 3.0), "c0": (0.8, 1.0), "log_ai": (math.log(14.0), 1.0), "lam16": (2.2, 1.5), "lam_tf32": (2.2, 1.5),
     "log_tau": (math.log(0.003), 1.5), "w_size": (0.0, 0.3), "w_ai": (0.5, 0.3),
     "log_tau_t": (math.log(1e-4), 1.5),
-    # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull.
+    # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull;
+    # kappa: how the bytes split over k servers when the variable layout is unknown (k ** -kappa).
     "log_ps_t": (math.log(1e-4), 1.0), "log_bps": (math.log(1.0), 1.0), "kappa": (0.7, 0.4),
     "log_net_eff": (math.log(0.6), 0.5), "log_link_eff": (math.log(0.6), 0.5),
     "phi": (0.5, 0.3), "phi_ps": (0.5, 0.3),
@@ -119,6 +125,8 @@ class Encoded:
     midx: np.ndarray  # (R,) model-effect index (-1 = unseen)
     pix: np.ndarray  # (R,) decoded image elements per sample (0 = no host image pipeline)
     iidx: np.ndarray  # (R, K) GPU x model interaction index (-1 = unseen)
+    ps_bshare: np.ndarray | None = None  # (R,) largest share of the bytes on one server (NaN = layout unknown)
+    ps_tshare: np.ndarray | None = None  # (R,) largest share of the tensors on one server (NaN = layout unknown)
 
 
 @dataclass
@@ -229,8 +237,10 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     k = np.maximum(enc.ps, 1).astype(float)
     # k servers divide the bytes at best by k: the split exponent stays in [0, 1].
     kb = min(max(g["kappa"], 0.0), 1.0)
-    D = (math.exp(g["log_ps_t"]) * enc.ntens / k
-         + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9 * k ** kb))
+    bshare = k ** -kb if enc.ps_bshare is None else np.where(np.isnan(enc.ps_bshare), k ** -kb, enc.ps_bshare)
+    tshare = 1.0 / k if enc.ps_tshare is None else np.where(np.isnan(enc.ps_tshare), 1.0 / k, enc.ps_tshare)
+    D = (math.exp(g["log_ps_t"]) * enc.ntens * tshare
+         + 2.0 * enc.grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     t_nic = 2.0 * S / net
     # A worker's own transfer and the servers' work on its update are the same bytes moving: the
     # worker waits for the slower of the two; the PS queue (below) accounts for D, Z only for the
@@ -286,10 +296,12 @@ class GroupInput:
 
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
-                ps: int, asyn: bool, model_effect: float, pix: float = 0.0) -> tuple[float, dict, list[float]]:
+                ps: int, asyn: bool, model_effect: float, pix: float = 0.0,
+                ps_share: tuple[float, float] | None = None) -> tuple[float, dict, list[float]]:
     """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
 
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
+    ``ps_share``: the largest (bytes, tensors) shares on one server when the variable layout is known.
     """
     g = dict(zip(GLOBALS, (float(v) for v in theta)))
     work = b * flops
@@ -324,8 +336,9 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_w=T), per
     k = float(max(ps, 1))
     kb = min(max(g["kappa"], 0.0), 1.0)
-    D = (math.exp(g["log_ps_t"]) * ntens / k
-         + 2.0 * grad / (math.exp(g["log_bps"]) * 1e9 * k ** kb))
+    bshare, tshare = ps_share if ps_share is not None else (k ** -kb, 1.0 / k)
+    D = (math.exp(g["log_ps_t"]) * ntens * tshare
+         + 2.0 * grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     phi_ps = min(max(g["phi_ps"], 0.0), 1.0)
     Z = []
     for c, i, n in zip(tc, ti, tn):
