@@ -32,9 +32,12 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
   ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``; every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
 
-      D = ps_t * n_t * s_t  +  2 S * s_b / B_ps
+      D = ps_f  +  ps_t * n_t * s_t  +  2 S * s_b / B_ps
 
-  (a per-tensor RPC / apply cost plus push and pull of the bytes, on the busiest of the k servers:
+  (a fixed cost per update that every server pays -- each worker step runs its partition of the
+  graph on every server: one RunGraph call and the step's set-up, ~1.5 ms fitted, so more servers
+  do not divide it -- plus a per-tensor RPC / apply cost and push and pull of the bytes, on the
+  busiest of the k servers:
   s_t and s_b are the largest shares of the tensors and of the bytes that one server holds, both
   1 for one server and >= 1 / k). The
   servers work on an update in parallel, so the busiest one sets the pace. TensorFlow 1 places
@@ -74,7 +77,7 @@ import numpy as np
 
 GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size", "w_ai", "log_tau_t",
            "log_ps_t", "log_bps", "kappa", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in",
-           "ps_q")
+           "ps_q", "log_ps_f")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -96,6 +99,8 @@ PRIOR = {
     # server's time per update: 1 for exponential service, 1/2 for deterministic service (a TF
     # server applies every update with the same work). Held in [Q_MIN, 1].
     "ps_q": (0.5, 0.25),
+    # Fixed server time per update (per-step RunGraph call and executor set-up on each server).
+    "log_ps_f": (math.log(1e-3), 1.0),
 }
 PIX_REF = 3 * 224 * 224  # input elements of one ImageNet training image
 SOFTMAX_P = 6.0  # sharpness of the smooth max of GPU time and input-pipeline time
@@ -239,7 +244,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     kb = min(max(g["kappa"], 0.0), 1.0)
     bshare = k ** -kb if enc.ps_bshare is None else np.where(np.isnan(enc.ps_bshare), k ** -kb, enc.ps_bshare)
     tshare = 1.0 / k if enc.ps_tshare is None else np.where(np.isnan(enc.ps_tshare), 1.0 / k, enc.ps_tshare)
-    D = (math.exp(g["log_ps_t"]) * enc.ntens * tshare
+    D = (math.exp(g["log_ps_f"]) + math.exp(g["log_ps_t"]) * enc.ntens * tshare
          + 2.0 * enc.grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     t_nic = 2.0 * S / net
     # A worker's own transfer and the servers' work on its update are the same bytes moving: the
@@ -337,7 +342,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     k = float(max(ps, 1))
     kb = min(max(g["kappa"], 0.0), 1.0)
     bshare, tshare = ps_share if ps_share is not None else (k ** -kb, 1.0 / k)
-    D = (math.exp(g["log_ps_t"]) * ntens * tshare
+    D = (math.exp(g["log_ps_f"]) + math.exp(g["log_ps_t"]) * ntens * tshare
          + 2.0 * grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     phi_ps = min(max(g["phi_ps"], 0.0), 1.0)
     Z = []
