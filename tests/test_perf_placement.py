@@ -33,6 +33,9 @@ def test_round_robin_shares():
     assert ps_load_share("t2t-res32", 2)[0] < 0.55  # ResNets split about evenly
     assert ps_load_share("t2t-shakebig", 2)[0] > 0.99  # Shake-Shake: every 3x3 kernel on one server
     assert ps_load_share("resnet50", 2) is None and ps_load_share("resnet50", 1) == (1.0, 1.0)
+    # a model that only borrows the name (another size) gets the generic split
+    assert ps_load_share("t2t-res32", 2, 1_857_722) == ps_load_share("t2t-res32", 2)
+    assert ps_load_share("t2t-res32", 2, 5_000_000) is None
 
 
 def test_second_server_helps_shake_shake_little_and_resnet_much():

@@ -119,9 +119,17 @@ def round_robin_share(layout, k: int) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=1024)
-def ps_load_share(model: str, k: int) -> tuple[float, float] | None:
-    """Busiest of k servers' share of the bytes and tensors of ``model``; ``None`` if its layout is unknown."""
+def ps_load_share(model: str, k: int, params: float | None = None) -> tuple[float, float] | None:
+    """Largest shares of the bytes and tensors of ``model`` on one of k servers.
+
+    ``None`` when the layout is unknown, or when ``params`` (the query's parameter count) differs
+    from the rebuilt layout's by more than 1 %: then the name does not describe that model.
+    """
     if k <= 1:
         return 1.0, 1.0
     layout = known_layout(model)
-    return round_robin_share(layout, k) if layout else None
+    if not layout:
+        return None
+    if params is not None and abs(sum(n for n, t in layout if t) / max(params, 1.0) - 1.0) > 0.01:
+        return None
+    return round_robin_share(layout, k)

@@ -136,7 +136,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx,
                      pix=np.array([input_pixels(q.model) for q in queries], float))
-    shares = [ps_load_share(q.model, q.ps) if q.ps > 0 else None for q in queries]
+    shares = [ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None for q in queries]
     enc.ps_bshare = np.array([s[0] if s else np.nan for s in shares], float)
     enc.ps_tshare = np.array([s[1] if s else np.nan for s in shares], float)
     return enc, resolved
@@ -425,7 +425,7 @@ class ThroughputModel:
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
                                          model_effect=self.model_effects_.get(q.model, 0.0), pix=input_pixels(q.model),
-                                         ps_share=ps_load_share(q.model, q.ps) if q.ps > 0 else None)
+                                         ps_share=ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None)
         notes = self._extrapolation(q)
         half = self.interval_log_
         if notes:
