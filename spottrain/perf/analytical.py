@@ -37,10 +37,9 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
   (a fixed cost per update that every server pays -- each worker step runs its partition of the
   graph on every server: one RunGraph call and the step's set-up, ~1.5 ms fitted, so more servers
   do not divide it -- plus a per-tensor RPC / apply cost and push and pull of the bytes, on the
-  busiest of the k servers:
-  s_t and s_b are the largest shares of the tensors and of the bytes that one server holds, both
-  1 for one server and >= 1 / k). The
-  servers work on an update in parallel, so the busiest one sets the pace. TensorFlow 1 places
+  busiest of the k servers: s_t and s_b are the largest shares of the tensors and of the bytes
+  that one server holds, both 1 for one server and >= 1 / k). The servers work on an update in
+  parallel, so the busiest one sets the pace. TensorFlow 1 places
   variables round-robin in creation order, so the split depends on the order of the model's
   variables: where it is known (:mod:`spottrain.perf.placement`: Tensor2Tensor's CIFAR ResNets
   split about evenly, Shake-Shake puts 99.7 % of its bytes on one of two servers), the shares are
@@ -156,7 +155,6 @@ def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray, q: float = 1.0) -> tuple[np
     Returns (throughput X in cycles/s, response time R of the queue).
     """
     Z, D, N = np.broadcast_arrays(np.asarray(Z, float), np.asarray(D, float), np.asarray(N, float))
-    Q = np.zeros_like(Z)
     X = 1.0 / (Z + D)
     R = D.copy()
     Q = X * R
