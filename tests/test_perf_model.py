@@ -24,6 +24,24 @@ def test_mva_one_worker_and_saturation():
             an.mva_scalar(0.3, 0.05, n)[0])
 
 
+
+def test_mva_deterministic_service_has_a_sharper_knee():
+    Z, D = 0.2, 0.0225  # capacity 1/D = 44.4 updates/s, reached by ~10 workers without queueing
+    for n in (1, 2, 3, 5, 8, 10, 12, 20, 64):
+        x1 = an.mva_scalar(Z, D, n, 1.0)[0]
+        assert x1 == pytest.approx(an.mva_scalar(Z, D, n)[0])  # q = 1 is exact MVA (exponential service)
+        prev = 0.0
+        for q in (1.0, 0.5, 0.2, 0.05):
+            x, r = an.mva_scalar(Z, D, n, q)
+            assert x >= prev - 1e-12  # less residual service, less queueing
+            assert x <= min(n / (Z + D), 1.0 / D) * (1 + 1e-12)  # never past the asymptotic bounds
+            assert r >= D * (1 - 1e-12) and x == pytest.approx(n / (Z + r))
+            assert an.mva(np.array([Z]), np.array([D]), np.array([float(n)]), q)[0][0] == pytest.approx(x)
+            prev = x
+    # two workers, deterministic service: the second waits half a service when it finds the server busy
+    x, r = an.mva_scalar(Z, D, 2, 0.5)
+    assert r == pytest.approx(D * (1 + 0.5 * D / (Z + D)))
+
 def test_fast_path_equals_vectorised_predict():
     m = default_model()
     w = Workload.from_zoo("resnet50", 64)

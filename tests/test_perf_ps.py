@@ -39,3 +39,15 @@ def test_servers_time_is_not_hidden_behind_compute():
     cycle_fast, cycle_slow = 128 / fast_x, 128 / slow_x
     assert cycle_slow - cycle_fast >= 0.999 * extra_demand  # all of the extra server time shows
     assert slow_parts["t_ps"] >= extra_demand
+
+
+def test_fixed_cost_per_update_is_not_divided_by_servers():
+    # Every server takes part in every worker step: its fixed cost per update caps the update rate
+    # whatever the number of servers.
+    m = default_model()
+    f = float(np.exp(dict(zip(an.GLOBALS, m.theta_))["log_ps_f"]))
+    tiny = Workload(model="tiny-mlp", batch_size=32, flops_per_sample=1e6, param_count=1000, gradient_bytes=4000,
+                    tensor_count=2)
+    for k in (1, 2, 8):
+        x = predict_throughput(tiny, "256xV100", ps=k, sync="async", model=m).throughput
+        assert x <= 32 / f * 1.0001

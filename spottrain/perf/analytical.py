@@ -32,18 +32,33 @@ peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer 
   ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``; every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
 
-      D = ps_t * n_t / k  +  2 S / (B_ps * k ** kappa)
+      D = ps_f  +  ps_t * n_t * s_t  +  2 S * s_b / B_ps
 
-  (a per-tensor RPC / apply cost, spread over k servers -- variables are placed round-robin, each
-  server holds n_t / k of them -- plus push and pull of the bytes; kappa < 1 when the bytes do not
-  split evenly, held in [0, 1]: k servers divide the work by k at best, which matters when a plan
-  extrapolates to more servers than were measured). A worker node cycles between
+  (a fixed cost per update that every server pays -- each worker step runs its partition of the
+  graph on every server: one RunGraph call and the step's set-up, ~1.5 ms fitted, so more servers
+  do not divide it -- plus a per-tensor RPC / apply cost and push and pull of the bytes, on the
+  busiest of the k servers: s_t and s_b are the largest shares of the tensors and of the bytes
+  that one server holds, both 1 for one server and >= 1 / k). The servers work on an update in
+  parallel, so the busiest one sets the pace. TensorFlow 1 places
+  variables round-robin in creation order, so the split depends on the order of the model's
+  variables: where it is known (:mod:`spottrain.perf.placement`: Tensor2Tensor's CIFAR ResNets
+  split about evenly, Shake-Shake puts 99.7 % of its bytes on one of two servers), the shares are
+  computed; otherwise ``s_t = 1 / k`` and ``s_b = k ** -kappa``, kappa in [0, 1] (prior 0.7: an
+  uneven split; k servers divide the work by k at best). A worker node cycles between
   ``Z_i = t_comp_i + t_intra_i + 2 S / B_nic_i`` (its own compute and transfer, the transfer overlapping
   the compute by a fraction phi_ps) and the servers.
   *Asynchronous* training is a closed queueing network of N workers and one queueing station of
-  demand D; exact mean-value analysis gives the update rate X(N) (1 / (Z + D) for one worker,
-  approaching the servers' capacity 1 / D smoothly as N grows, the queueing that spotDNN's
-  contention probability P = min(alpha sqrt(N) + beta, 1) approximates). Heterogeneous workers
+  demand D; mean-value analysis gives the update rate X(N) (1 / (Z + D) for one worker,
+  approaching the servers' capacity 1 / D as N grows, the queueing that spotDNN's contention
+  probability P = min(alpha sqrt(N) + beta, 1) approximates). A server applies every update
+  with the same work, so its service time is nearly constant: an update that finds the server
+  busy waits for the remaining part of the update in service, a fraction ``q`` of D (1/2 for
+  constant service times, 1 for exponential ones), not a whole D as exact MVA assumes (Reiser's
+  approximation ``R = D (1 + Q - (1 - q) U)``, U the utilisation, X held at 1 / D at most).
+  ``q`` is fitted in [0.05, 1] with the prior 1/2; smaller q keeps throughput near N / (Z + D)
+  until close to the capacity, the sharper saturation knee measured on CM-DARE's clusters
+  (8 K80 workers still scale 7.98x while ResNet-32's one server caps P100 / V100 clusters at
+  ~5,700 samples/s). Heterogeneous workers
   share X in proportion to 1 / (Z_i + R) with R the servers' response time; samples/s =
   ``b * sum_i X_i G_i``. *Synchronous* PS: every step waits for the slowest worker and for the
   servers to serve all N updates, ``T = max_i Z_i + N D``.
@@ -60,7 +75,8 @@ from dataclasses import dataclass
 import numpy as np
 
 GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size", "w_ai", "log_tau_t",
-           "log_ps_t", "log_bps", "kappa", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in")
+           "log_ps_t", "log_bps", "kappa", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in",
+           "ps_q", "log_ps_f")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -70,18 +86,26 @@ PRIOR = {
     "log_level": (0.0, 3.0), "c0": (0.8, 1.0), "log_ai": (math.log(14.0), 1.0), "lam16": (2.2, 1.5), "lam_tf32": (2.2, 1.5),
     "log_tau": (math.log(0.003), 1.5), "w_size": (0.0, 0.3), "w_ai": (0.5, 0.3),
     "log_tau_t": (math.log(1e-4), 1.5),
-    # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull.
+    # A TF1 gRPC parameter server: ~0.1 ms per variable per update, ~1 GB/s for push + pull;
+    # kappa: how the bytes split over k servers when the variable layout is unknown (k ** -kappa).
     "log_ps_t": (math.log(1e-4), 1.0), "log_bps": (math.log(1.0), 1.0), "kappa": (0.7, 0.4),
     "log_net_eff": (math.log(0.6), 0.5), "log_link_eff": (math.log(0.6), 0.5),
     "phi": (0.5, 0.3), "phi_ps": (0.5, 0.3),
     # Host input pipeline (JPEG decode + augmentation) per 224x224x3 image per GPU: a few hundred
     # microseconds of CPU work spread over the node's cores; the data sets free it (weak prior).
     "log_t_in": (math.log(3e-4), 1.0),
+    # Residual service an update arriving at a busy server waits for, as a fraction of the
+    # server's time per update: 1 for exponential service, 1/2 for deterministic service (a TF
+    # server applies every update with the same work). Held in [Q_MIN, 1].
+    "ps_q": (0.5, 0.25),
+    # Fixed server time per update (per-step RunGraph call and executor set-up on each server).
+    "log_ps_f": (math.log(1e-3), 1.0),
 }
 PIX_REF = 3 * 224 * 224  # input elements of one ImageNet training image
 SOFTMAX_P = 6.0  # sharpness of the smooth max of GPU time and input-pipeline time
 SIZE_REF = 26.0  # log(b F) of ResNet-32 at batch 128
 WIDTH_REF = math.log(2e4)  # parameters per tensor of the CIFAR ResNets
+Q_MIN = 0.05  # smallest residual-service fraction of the PS queue (0 would drop the capacity bound)
 MVA_MAX = 512  # exact mean-value analysis up to this many workers, the saturated asymptote beyond
 G_INDEX = {name: i for i, name in enumerate(GLOBALS)}
 
@@ -105,6 +129,8 @@ class Encoded:
     midx: np.ndarray  # (R,) model-effect index (-1 = unseen)
     pix: np.ndarray  # (R,) decoded image elements per sample (0 = no host image pipeline)
     iidx: np.ndarray  # (R, K) GPU x model interaction index (-1 = unseen)
+    ps_bshare: np.ndarray | None = None  # (R,) largest share of the bytes on one server (NaN = layout unknown)
+    ps_tshare: np.ndarray | None = None  # (R,) largest share of the tensors on one server (NaN = layout unknown)
 
 
 @dataclass
@@ -119,23 +145,30 @@ class DeviceTable:
     link_gbs: np.ndarray
 
 
-def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact mean-value analysis of N customers, think time Z, one queue of demand D (vectorised).
+def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray, q: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-value analysis of N customers, think time Z, one FCFS queue of demand D (vectorised).
 
+    ``q`` is the mean residual service an arriving update finds left of the one in service, as a
+    fraction of D: 1 = exponential service (exact MVA), 1/2 = deterministic service seen at
+    random instants (Reiser's approximation ``R = D (1 + Q - (1 - q) U)``, U the utilisation;
+    for q < 1 it overshoots the capacity near saturation, so X is held at 1 / D at most).
     Returns (throughput X in cycles/s, response time R of the queue).
     """
     Z, D, N = np.broadcast_arrays(np.asarray(Z, float), np.asarray(D, float), np.asarray(N, float))
-    Q = np.zeros_like(Z)
     X = 1.0 / (Z + D)
     R = D.copy()
+    Q = X * R
+    U = X * D
     top = int(min(max(N.max(initial=1.0), 1.0), MVA_MAX))
     for n in range(2, top + 1):
         act = N >= n
-        Rn = D * (1.0 + Q)
-        Xn = n / (Z + Rn)
+        Rn = D * (1.0 + Q - (1.0 - q) * U)
+        Xn = np.minimum(n / (Z + Rn), 1.0 / D)  # the approximation overshoots the capacity for q < 1
+        Rn = n / Xn - Z
         R = np.where(act, Rn, R)
         X = np.where(act, Xn, X)
         Q = np.where(act, Xn * Rn, Q)
+        U = np.where(act, Xn * D, U)
     big = N > MVA_MAX
     if big.any():  # far into saturation: the servers' capacity, or the workers' if they are slower
         X = np.where(big, np.minimum(N / (Z + D), 1.0 / D), X)
@@ -143,16 +176,22 @@ def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.nda
     return X, R
 
 
-def mva_scalar(Z: float, D: float, N: int) -> tuple[float, float]:
+def mva_scalar(Z: float, D: float, N: int, q: float = 1.0) -> tuple[float, float]:
     """:func:`mva` for one configuration (pure Python: the planner's fast path)."""
     if N > MVA_MAX:
         X = min(N / (Z + D), 1.0 / D)
         return X, N / X - Z
-    Q, X, R = 0.0, 1.0 / (Z + D), D
+    X, R = 1.0 / (Z + D), D
+    Q, U = X * R, X * D
+    s = 1.0 - q
     for n in range(2, int(N) + 1):
-        R = D * (1.0 + Q)
+        R = D * (1.0 + Q - s * U)
         X = n / (Z + R)
+        if X * D > 1.0:  # the approximation overshoots the capacity for q < 1
+            X = 1.0 / D
+            R = n * D - Z
         Q = X * R
+        U = X * D
     return X, R
 
 
@@ -201,8 +240,10 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     k = np.maximum(enc.ps, 1).astype(float)
     # k servers divide the bytes at best by k: the split exponent stays in [0, 1].
     kb = min(max(g["kappa"], 0.0), 1.0)
-    D = (math.exp(g["log_ps_t"]) * enc.ntens / k
-         + 2.0 * enc.grad / (math.exp(g["log_bps"]) * 1e9 * k ** kb))
+    bshare = k ** -kb if enc.ps_bshare is None else np.where(np.isnan(enc.ps_bshare), k ** -kb, enc.ps_bshare)
+    tshare = 1.0 / k if enc.ps_tshare is None else np.where(np.isnan(enc.ps_tshare), 1.0 / k, enc.ps_tshare)
+    D = (math.exp(g["log_ps_f"]) + math.exp(g["log_ps_t"]) * enc.ntens * tshare
+         + 2.0 * enc.grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     t_nic = 2.0 * S / net
     # A worker's own transfer and the servers' work on its update are the same bytes moving: the
     # worker waits for the slower of the two; the PS queue (below) accounts for D, Z only for the
@@ -214,7 +255,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     Z = t_comp + t_intra + (t_move - D[:, None]) - phi_ps * np.minimum(t_nic, t_comp)
     inv = np.where(present, enc.cnt / (Z + D[:, None]), 0.0).sum(axis=1)
     Z_eff = N / inv - D
-    X, R = mva(Z_eff, D, N)
+    X, R = mva(Z_eff, D, N, min(max(g["ps_q"], Q_MIN), 1.0))
     share = np.where(present, enc.cnt / (Z + R[:, None]), 0.0)
     X_i = X[:, None] * share / share.sum(axis=1, keepdims=True)
     x_async = (X_i * G).sum(axis=1) * enc.b
@@ -258,10 +299,12 @@ class GroupInput:
 
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
-                ps: int, asyn: bool, model_effect: float, pix: float = 0.0) -> tuple[float, dict, list[float]]:
+                ps: int, asyn: bool, model_effect: float, pix: float = 0.0,
+                ps_share: tuple[float, float] | None = None) -> tuple[float, dict, list[float]]:
     """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
 
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
+    ``ps_share``: the largest (bytes, tensors) shares on one server when the variable layout is known.
     """
     g = dict(zip(GLOBALS, (float(v) for v in theta)))
     work = b * flops
@@ -296,8 +339,9 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_w=T), per
     k = float(max(ps, 1))
     kb = min(max(g["kappa"], 0.0), 1.0)
-    D = (math.exp(g["log_ps_t"]) * ntens / k
-         + 2.0 * grad / (math.exp(g["log_bps"]) * 1e9 * k ** kb))
+    bshare, tshare = ps_share if ps_share is not None else (k ** -kb, 1.0 / k)
+    D = (math.exp(g["log_ps_f"]) + math.exp(g["log_ps_t"]) * ntens * tshare
+         + 2.0 * grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     phi_ps = min(max(g["phi_ps"], 0.0), 1.0)
     Z = []
     for c, i, n in zip(tc, ti, tn):
@@ -306,7 +350,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     Z_max = max(Z)
     if asyn:
         inv = sum(gr.count / (z + D) for gr, z in zip(groups, Z))
-        X, R = mva_scalar(N / inv - D, D, N)
+        X, R = mva_scalar(N / inv - D, D, N, min(max(g["ps_q"], Q_MIN), 1.0))
         shares = [gr.count / (z + R) for gr, z in zip(groups, Z)]
         tot = sum(shares)
         per = [X * s / tot * gr.gpn * b for gr, s in zip(groups, shares)]

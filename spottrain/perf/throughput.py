@@ -29,6 +29,7 @@ from spottrain.errors import InputError, NotFittedError
 from spottrain.perf import analytical as an
 from spottrain.perf.hardware import device, instance_gpu_count, node_network_gbps
 from spottrain.perf.measurements import Measurement
+from spottrain.perf.placement import ps_load_share
 from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels, known_tensor_count
 from spottrain.types import ClusterGroup, ClusterSpec
 
@@ -135,6 +136,9 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx,
                      pix=np.array([input_pixels(q.model) for q in queries], float))
+    shares = [ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None for q in queries]
+    enc.ps_bshare = np.array([s[0] if s else np.nan for s in shares], float)
+    enc.ps_tshare = np.array([s[1] if s else np.nan for s in shares], float)
     return enc, resolved
 
 
@@ -420,7 +424,8 @@ class ThroughputModel:
                 effect=self.gpu_effects_.get(key, 0.0) + self.inter_effects_.get(f"{key}|{q.model}", 0.0)))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
-                                         model_effect=self.model_effects_.get(q.model, 0.0), pix=input_pixels(q.model))
+                                         model_effect=self.model_effects_.get(q.model, 0.0), pix=input_pixels(q.model),
+                                         ps_share=ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None)
         notes = self._extrapolation(q)
         half = self.interval_log_
         if notes:
