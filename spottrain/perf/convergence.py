@@ -17,12 +17,16 @@ batch size only, ``g2`` is fixed at 0 (it is not identifiable); with one worker 
 **Learning-rate phases.** A step schedule (the LR divided at fixed global steps, as in most
 image-classification recipes) makes the loss fall abruptly at each boundary, which one hyperbola
 cannot follow. With ``lr_boundaries`` (global steps, or ``"auto"`` to find the abrupt drops in the
-curves) each phase p gets its own hyperbola in the steps since the phase began, sharing g4 (how
-workers and staleness slow progress)::
+curves, see :func:`detect_lr_boundaries`) each phase p gets its own hyperbola in the steps since
+the phase began::
 
-    f_p(j) = (g2 b_w + g3_p) sqrt((R + g4) N) / (j - s_p + g1_p) + g5_p,   s_p <= j < s_{p+1}
+    f_p(j) = (g2 b_w + g3_p) sqrt((R + g4_p) N) / (j - s_p + g1_p) + g5_p,   s_p <= j < s_{p+1}
 
-and the steps to a target are found in the first phase whose curve reaches it.
+and the steps to a target are found in the first phase whose curve reaches it. Each phase fits
+its own worker dependence (g4_p, and g6_p below) when its points hold two or more worker counts:
+how much staleness costs differs between phases (at a high LR the curves of more workers are
+still far from their floor when the LR drops, so the floor's growth with workers shows only after
+the drop). A phase with one worker count takes the previous phase's values.
 
 **Staleness form** (``form="staleness"``). In asynchronous training with N equal workers an
 update is computed on parameters about tau = N - 1 updates old (in general tau = N R^2, 0 for
@@ -30,7 +34,7 @@ synchronous training), and each global step is worth less. The shipped ResNet-32
 hyperbola's amplitude growing about linearly in tau (1 : 1.7 : 3 : 7 for 1, 2, 4, 8 workers), faster
 than spotDNN's sqrt((R + g4) N), and the floor rising with it, so this form uses::
 
-    f_p(j) = (g2 b_w + g3_p) (1 + g4 tau) / (j - s_p + g1_p) + g5_p (1 + g6 tau)
+    f_p(j) = (g2 b_w + g3_p) (1 + g4_p tau) / (j - s_p + g1_p) + g5_p (1 + g6_p tau)
 
 With curves of one worker count, g4 and g6 cannot be fitted; they default to the values fitted
 on the shipped ResNet-32 curves (:data:`DEFAULT_STALENESS`).
@@ -164,7 +168,7 @@ class ConvergenceModel:
                                      f"got {len(pts)}")
                 break  # too few points past this boundary: the curve ends in the previous phase
             coef = _fit_phase(np.array(pts, float), g4, self.form)
-            g4 = (coef[3], coef[5]) if g4 is None else g4
+            g4 = (coef[3], coef[5])
             phases.append((lo, coef))
         self.lr_boundaries_ = tuple(lo for lo, _ in phases[1:])
         self.phases_ = tuple((lo, tuple(float(v) for v in c)) for lo, c in phases)
@@ -217,7 +221,8 @@ class ConvergenceModel:
 def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -> np.ndarray:
     """Fit one phase on rows (j, b_w, R, N, loss) -> (g1, g2, g3, g4, g5, g6).
 
-    ``shared`` = (g4, g6) of an earlier phase: how workers slow progress is shared by all phases.
+    ``shared`` = (g4, g6) of the previous phase: used when this phase's rows hold one worker
+    count (its own worker dependence cannot be fitted), and as the starting point otherwise.
     """
     from scipy.optimize import curve_fit
 
@@ -225,7 +230,7 @@ def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -
     y = pts[:, 4]
     fix_g2 = len(set(X[1])) < 2
     one_n = len(set(X[3])) < 2
-    fix_g4 = shared is not None or one_n
+    fix_g4 = one_n
     if shared is not None:
         g4_value, g6_value = shared
     elif form == "staleness":
@@ -263,12 +268,21 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
     In each curve, a boundary lies between two evaluations when the loss falls by at least
     ``min_drop`` (relative) and by more than three times the relative fall just before (so the
     fast start of training is not one). The intervals found in several curves are intersected
-    (the schedule counts global steps, the same in every run), and the boundary placed in the
-    middle of what is left.
+    (the schedule counts global steps, the same in every run).
+
+    A curve with an evaluation inside the drop may not pass that test: a run-averaged evaluation
+    mixes runs evaluated just before and just after the boundary (or one run is evaluated while the
+    loss is still falling), which splits the fall over two intervals. Each boundary found is
+    therefore narrowed by every other curve that falls faster there than just before: its largest
+    relative fall (at least ``min_drop / 2``) among its intervals that overlap the boundary's says
+    on which side of its evaluation the boundary lies (to within the few steps the drop takes).
+    The boundary is placed in the middle of what is left.
     """
     found: list[tuple[float, float]] = []
+    series = []
     for c in curves:
         pts = [(s, v) for s, v in sorted(zip(c.steps, c.losses)) if math.isfinite(v)]
+        series.append(pts)
         for k in range(2, len(pts) - 1):
             (s0, v0), (s1, v1), (s2, v2) = pts[k - 1], pts[k], pts[k + 1]
             drop = (v1 - v2) / max(v1, 1e-12)
@@ -281,7 +295,21 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
             out[-1] = (max(out[-1][0], lo), min(out[-1][1], hi))
         else:
             out.append((lo, hi))
-    return tuple((lo + hi) / 2.0 for lo, hi in out)
+    narrowed = []
+    for lo, hi in out:
+        for pts in series:
+            falls = []
+            for (s0, v0), (s1, v1), (s2, v2) in zip(pts, pts[1:], pts[2:]):
+                drop = (v1 - v2) / max(v1, 1e-12)
+                if s1 < hi and s2 > lo and drop >= min_drop / 2 and drop > (v0 - v1) / max(v0, 1e-12):
+                    falls.append((drop, s1, s2))
+            if not falls:
+                continue
+            _, s1, s2 = max(falls)
+            if max(lo, s1) < min(hi, s2):
+                lo, hi = max(lo, s1), min(hi, s2)
+        narrowed.append((lo, hi))
+    return tuple((lo + hi) / 2.0 for lo, hi in narrowed)
 
 
 def load_accuracy_curves() -> list[dict]:
