@@ -24,20 +24,23 @@ the phase began::
 
 and the steps to a target are found in the first phase whose curve reaches it. Each phase fits
 its own worker dependence (g4_p, and g6_p below) when its points hold two or more worker counts:
-how much staleness costs differs between phases (at a high LR the curves of more workers are
-still far from their floor when the LR drops, so the floor's growth with workers shows only after
-the drop). A phase with one worker count takes the previous phase's values.
+what staleness costs differs between phases (at a high LR the curves of more workers are still
+far from their floors when the LR drops, so the growth of the floor with workers shows only
+after the drop).
 
 **Staleness form** (``form="staleness"``). In asynchronous training with N equal workers an
 update is computed on parameters about tau = N - 1 updates old (in general tau = N R^2, 0 for
 synchronous training), and each global step is worth less. The shipped ResNet-32 curves show the
 hyperbola's amplitude growing about linearly in tau (1 : 1.7 : 3 : 7 for 1, 2, 4, 8 workers), faster
-than spotDNN's sqrt((R + g4) N), and the floor rising with it, so this form uses::
+than spotDNN's sqrt((R + g4) N), and, after the LR drop, the floor rising with it (0.069, 0.081,
+0.089, 0.116), so this form uses::
 
     f_p(j) = (g2 b_w + g3_p) (1 + g4_p tau) / (j - s_p + g1_p) + g5_p (1 + g6_p tau)
 
-With curves of one worker count, g4 and g6 cannot be fitted; they default to the values fitted
-on the shipped ResNet-32 curves (:data:`DEFAULT_STALENESS`).
+A phase whose points have one worker count (a profile's single-worker curve) cannot fit g4_p and
+g6_p; they default to the values fitted on the shipped ResNet-32 curves: progress slowed by
+staleness in the first phase (:data:`DEFAULT_STALENESS`, g4 = 0.5, g6 = 0), a floor rising with
+staleness after an LR drop (:data:`DEFAULT_STALENESS_LATER`, g4 = 0, g6 = 0.09).
 """
 
 from __future__ import annotations
@@ -84,8 +87,13 @@ class LossCurve:
 
 
 FORMS = ("spotdnn", "staleness")
-DEFAULT_STALENESS = (0.6, 0.1)
-"""(g4, g6) of the staleness form when the curves have one worker count (shipped ResNet-32 fit, rounded)."""
+DEFAULT_STALENESS = (0.5, 0.0)
+"""(g4, g6) of the staleness form's first phase when the curves have one worker count there
+(fitted on the shipped ResNet-32 curves, rounded): staleness slows progress, the floor is not
+seen to move before the first LR drop."""
+DEFAULT_STALENESS_LATER = (0.0, 0.09)
+"""(g4, g6) of a phase after an LR drop when its points have one worker count (shipped ResNet-32
+fit, rounded): the curves sit near their floors, which rise with staleness (about 1 + 0.09 tau)."""
 
 
 def _terms(R, N, g4, g6, form):
@@ -156,7 +164,6 @@ class ConvergenceModel:
             bounds = ()
         edges = (0.0, *bounds, math.inf)
         phases = []
-        g4 = None
         for p in range(len(edges) - 1):
             lo, hi = edges[p], edges[p + 1]
             start = max(lo, self.min_step) if p == 0 else lo
@@ -167,8 +174,7 @@ class ConvergenceModel:
                     raise InputError(f"need at least 4 points of the loss curve after step {self.min_step:g}, "
                                      f"got {len(pts)}")
                 break  # too few points past this boundary: the curve ends in the previous phase
-            coef = _fit_phase(np.array(pts, float), g4, self.form)
-            g4 = (coef[3], coef[5])
+            coef = _fit_phase(np.array(pts, float), p > 0, self.form)
             phases.append((lo, coef))
         self.lr_boundaries_ = tuple(lo for lo, _ in phases[1:])
         self.phases_ = tuple((lo, tuple(float(v) for v in c)) for lo, c in phases)
@@ -218,11 +224,11 @@ class ConvergenceModel:
         return math.inf
 
 
-def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -> np.ndarray:
+def _fit_phase(pts: np.ndarray, later: bool, form: str) -> np.ndarray:
     """Fit one phase on rows (j, b_w, R, N, loss) -> (g1, g2, g3, g4, g5, g6).
 
-    ``shared`` = (g4, g6) of the previous phase: used when this phase's rows hold one worker
-    count (its own worker dependence cannot be fitted), and as the starting point otherwise.
+    ``later``: the phase follows an LR drop (its default worker dependence is
+    :data:`DEFAULT_STALENESS_LATER`, used when its rows hold one worker count).
     """
     from scipy.optimize import curve_fit
 
@@ -231,10 +237,8 @@ def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -
     fix_g2 = len(set(X[1])) < 2
     one_n = len(set(X[3])) < 2
     fix_g4 = one_n
-    if shared is not None:
-        g4_value, g6_value = shared
-    elif form == "staleness":
-        g4_value, g6_value = DEFAULT_STALENESS
+    if form == "staleness":
+        g4_value, g6_value = DEFAULT_STALENESS_LATER if later else DEFAULT_STALENESS
     else:
         g4_value, g6_value = 1.0, 0.0
     fix_g6 = fix_g4 or form != "staleness"
