@@ -277,7 +277,7 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
     A curve with an evaluation inside the drop may not pass that test: a run-averaged evaluation
     mixes runs evaluated just before and just after the boundary (or one run is evaluated while the
     loss is still falling), which splits the fall over two intervals. Each boundary found is
-    therefore narrowed by every other curve that falls faster there than just before: its largest
+    therefore narrowed by every curve that falls faster there than just before: its largest
     relative fall (at least ``min_drop / 2``) among its intervals that overlap the boundary's says
     on which side of its evaluation the boundary lies (to within the few steps the drop takes).
     The boundary is placed in the middle of what is left.
