@@ -17,23 +17,30 @@ batch size only, ``g2`` is fixed at 0 (it is not identifiable); with one worker 
 **Learning-rate phases.** A step schedule (the LR divided at fixed global steps, as in most
 image-classification recipes) makes the loss fall abruptly at each boundary, which one hyperbola
 cannot follow. With ``lr_boundaries`` (global steps, or ``"auto"`` to find the abrupt drops in the
-curves) each phase p gets its own hyperbola in the steps since the phase began, sharing g4 (how
-workers and staleness slow progress)::
+curves, see :func:`detect_lr_boundaries`) each phase p gets its own hyperbola in the steps since
+the phase began::
 
-    f_p(j) = (g2 b_w + g3_p) sqrt((R + g4) N) / (j - s_p + g1_p) + g5_p,   s_p <= j < s_{p+1}
+    f_p(j) = (g2 b_w + g3_p) sqrt((R + g4_p) N) / (j - s_p + g1_p) + g5_p,   s_p <= j < s_{p+1}
 
-and the steps to a target are found in the first phase whose curve reaches it.
+and the steps to a target are found in the first phase whose curve reaches it. Each phase fits
+its own worker dependence (g4_p, and g6_p below) when its points hold two or more worker counts:
+what staleness costs differs between phases (at a high LR the curves of more workers are still
+far from their floors when the LR drops, so the growth of the floor with workers shows only
+after the drop).
 
 **Staleness form** (``form="staleness"``). In asynchronous training with N equal workers an
 update is computed on parameters about tau = N - 1 updates old (in general tau = N R^2, 0 for
 synchronous training), and each global step is worth less. The shipped ResNet-32 curves show the
 hyperbola's amplitude growing about linearly in tau (1 : 1.7 : 3 : 7 for 1, 2, 4, 8 workers), faster
-than spotDNN's sqrt((R + g4) N), and the floor rising with it, so this form uses::
+than spotDNN's sqrt((R + g4) N), and, after the LR drop, the floor rising with it (0.069, 0.081,
+0.089, 0.116), so this form uses::
 
-    f_p(j) = (g2 b_w + g3_p) (1 + g4 tau) / (j - s_p + g1_p) + g5_p (1 + g6 tau)
+    f_p(j) = (g2 b_w + g3_p) (1 + g4_p tau) / (j - s_p + g1_p) + g5_p (1 + g6_p tau)
 
-With curves of one worker count, g4 and g6 cannot be fitted; they default to the values fitted
-on the shipped ResNet-32 curves (:data:`DEFAULT_STALENESS`).
+A phase whose points have one worker count (a profile's single-worker curve) cannot fit g4_p and
+g6_p; they default to the values fitted on the shipped ResNet-32 curves: progress slowed by
+staleness in the first phase (:data:`DEFAULT_STALENESS`, g4 = 0.5, g6 = 0), a floor rising with
+staleness after an LR drop (:data:`DEFAULT_STALENESS_LATER`, g4 = 0, g6 = 0.09).
 """
 
 from __future__ import annotations
@@ -80,8 +87,13 @@ class LossCurve:
 
 
 FORMS = ("spotdnn", "staleness")
-DEFAULT_STALENESS = (0.6, 0.1)
-"""(g4, g6) of the staleness form when the curves have one worker count (shipped ResNet-32 fit, rounded)."""
+DEFAULT_STALENESS = (0.5, 0.0)
+"""(g4, g6) of the staleness form's first phase when the curves have one worker count there
+(fitted on the shipped ResNet-32 curves, rounded): staleness slows progress, the floor is not
+seen to move before the first LR drop."""
+DEFAULT_STALENESS_LATER = (0.0, 0.09)
+"""(g4, g6) of a phase after an LR drop when its points have one worker count (shipped ResNet-32
+fit, rounded): the curves sit near their floors, which rise with staleness (about 1 + 0.09 tau)."""
 
 
 def _terms(R, N, g4, g6, form):
@@ -152,7 +164,6 @@ class ConvergenceModel:
             bounds = ()
         edges = (0.0, *bounds, math.inf)
         phases = []
-        g4 = None
         for p in range(len(edges) - 1):
             lo, hi = edges[p], edges[p + 1]
             start = max(lo, self.min_step) if p == 0 else lo
@@ -163,8 +174,7 @@ class ConvergenceModel:
                     raise InputError(f"need at least 4 points of the loss curve after step {self.min_step:g}, "
                                      f"got {len(pts)}")
                 break  # too few points past this boundary: the curve ends in the previous phase
-            coef = _fit_phase(np.array(pts, float), g4, self.form)
-            g4 = (coef[3], coef[5]) if g4 is None else g4
+            coef = _fit_phase(np.array(pts, float), p > 0, self.form)
             phases.append((lo, coef))
         self.lr_boundaries_ = tuple(lo for lo, _ in phases[1:])
         self.phases_ = tuple((lo, tuple(float(v) for v in c)) for lo, c in phases)
@@ -214,10 +224,11 @@ class ConvergenceModel:
         return math.inf
 
 
-def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -> np.ndarray:
+def _fit_phase(pts: np.ndarray, later: bool, form: str) -> np.ndarray:
     """Fit one phase on rows (j, b_w, R, N, loss) -> (g1, g2, g3, g4, g5, g6).
 
-    ``shared`` = (g4, g6) of an earlier phase: how workers slow progress is shared by all phases.
+    ``later``: the phase follows an LR drop (its default worker dependence is
+    :data:`DEFAULT_STALENESS_LATER`, used when its rows hold one worker count).
     """
     from scipy.optimize import curve_fit
 
@@ -225,11 +236,9 @@ def _fit_phase(pts: np.ndarray, shared: tuple[float, float] | None, form: str) -
     y = pts[:, 4]
     fix_g2 = len(set(X[1])) < 2
     one_n = len(set(X[3])) < 2
-    fix_g4 = shared is not None or one_n
-    if shared is not None:
-        g4_value, g6_value = shared
-    elif form == "staleness":
-        g4_value, g6_value = DEFAULT_STALENESS
+    fix_g4 = one_n
+    if form == "staleness":
+        g4_value, g6_value = DEFAULT_STALENESS_LATER if later else DEFAULT_STALENESS
     else:
         g4_value, g6_value = 1.0, 0.0
     fix_g6 = fix_g4 or form != "staleness"
@@ -263,12 +272,21 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
     In each curve, a boundary lies between two evaluations when the loss falls by at least
     ``min_drop`` (relative) and by more than three times the relative fall just before (so the
     fast start of training is not one). The intervals found in several curves are intersected
-    (the schedule counts global steps, the same in every run), and the boundary placed in the
-    middle of what is left.
+    (the schedule counts global steps, the same in every run).
+
+    A curve with an evaluation inside the drop may not pass that test: a run-averaged evaluation
+    mixes runs evaluated just before and just after the boundary (or one run is evaluated while the
+    loss is still falling), which splits the fall over two intervals. Each boundary found is
+    therefore narrowed by every curve that falls faster there than just before: its largest
+    relative fall (at least ``min_drop / 2``) among its intervals that overlap the boundary's says
+    on which side of its evaluation the boundary lies (to within the few steps the drop takes).
+    The boundary is placed in the middle of what is left.
     """
     found: list[tuple[float, float]] = []
+    series = []
     for c in curves:
         pts = [(s, v) for s, v in sorted(zip(c.steps, c.losses)) if math.isfinite(v)]
+        series.append(pts)
         for k in range(2, len(pts) - 1):
             (s0, v0), (s1, v1), (s2, v2) = pts[k - 1], pts[k], pts[k + 1]
             drop = (v1 - v2) / max(v1, 1e-12)
@@ -281,7 +299,21 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
             out[-1] = (max(out[-1][0], lo), min(out[-1][1], hi))
         else:
             out.append((lo, hi))
-    return tuple((lo + hi) / 2.0 for lo, hi in out)
+    narrowed = []
+    for lo, hi in out:
+        for pts in series:
+            falls = []
+            for (s0, v0), (s1, v1), (s2, v2) in zip(pts, pts[1:], pts[2:]):
+                drop = (v1 - v2) / max(v1, 1e-12)
+                if s1 < hi and s2 > lo and drop >= min_drop / 2 and drop > (v0 - v1) / max(v0, 1e-12):
+                    falls.append((drop, s1, s2))
+            if not falls:
+                continue
+            _, s1, s2 = max(falls)
+            if max(lo, s1) < min(hi, s2):
+                lo, hi = max(lo, s1), min(hi, s2)
+        narrowed.append((lo, hi))
+    return tuple((lo + hi) / 2.0 for lo, hi in narrowed)
 
 
 def load_accuracy_curves() -> list[dict]:
