@@ -117,3 +117,15 @@ def test_model_that_does_not_fit_any_gpu_is_infeasible():
                     gradient_bytes=80e9)
     with pytest.raises(InfeasibleError, match="too small for the batch"):
         plan(huge, samples=1e6, deadline_s=3600 * 24, offers=SYNTHETIC, baselines=False)
+
+
+def test_solver_writes_to_c_stdout_do_not_reach_ours():
+    """A line written to file descriptor 1 while HiGHS runs (as some builds do) never reaches stdout."""
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom spottrain.planner.formulation import _solver_stdout_silenced\n"
+            "print('before')\nwith _solver_stdout_silenced():\n    os.write(1, b'HighsMipSolverData stray\\n')\n"
+            "print('after')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["before", "after"]

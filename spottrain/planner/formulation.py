@@ -82,6 +82,9 @@ Pruning (provable under the same relaxation)
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -359,9 +362,10 @@ class MixProblem:
         integrality[-1] = 0
         ub = np.ones(self.nvar)
         ub[-1] = np.inf
-        res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality,
-                   bounds=Bounds(np.zeros(self.nvar), ub),
-                   options={"disp": False, "mip_rel_gap": 1e-9, "time_limit": self.time_limit_s})
+        with _solver_stdout_silenced():
+            res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality,
+                       bounds=Bounds(np.zeros(self.nvar), ub),
+                       options={"disp": False, "mip_rel_gap": 1e-9, "time_limit": self.time_limit_s})
         if res.status == 1:  # time limit
             self.timed_out = True
         if res.x is None or res.status not in (0, 1):
@@ -572,3 +576,29 @@ def _better(a: Outcome, b: Outcome, objective: str) -> bool:
     if objective == "min-cost":
         return a.cost_usd < b.cost_usd * (1 - 1e-12)
     return a.time_mean_s < b.time_mean_s * (1 - 1e-12)
+
+
+@contextlib.contextmanager
+def _solver_stdout_silenced():
+    """Point file descriptor 1 at /dev/null while HiGHS runs.
+
+    Some HiGHS builds write a debug line ("HighsMipSolverData::transformNewIntegerFeasibleSolution
+    tmpSolver.run();") straight to the C stdout whatever ``disp`` says (ERGO-Code/HiGHS#2783),
+    which would corrupt ``spottrain plan --json``. Python's own buffer is flushed first so nothing
+    of ours is lost.
+    """
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no real stdout (embedded, closed): nothing to guard
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)
