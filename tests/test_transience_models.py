@@ -202,9 +202,15 @@ def test_shipped_lifetime_fits_are_what_refitting_the_shipped_traces_gives():
         if "bathtub" not in fresh:
             continue
         assert key in shipped, f"no shipped fit for {names}: rerun python tools/fit_lifetimes.py"
-        got = fresh["bathtub"].fitted_params()
-        for k, v in shipped[key]["bathtub"].items():
-            assert got[k] == pytest.approx(v, rel=1e-6), (names, k)
+        # The same optimum: the shipped parameters reach the fresh fit's likelihood and law. On a
+        # flat likelihood, optimizers on different CPUs stop a hair apart in a weakly identified
+        # parameter (seen: a wear-out steepness 0.2 % apart at equal AIC), so the parameters
+        # themselves are not compared digit for digit.
+        again = BathtubLifetime.from_fitted(shipped[key]["bathtub"], data.durations_s, data.observed,
+                                            max_lifetime_s=cap)
+        assert again.aic_ == pytest.approx(fresh["bathtub"].aic_, rel=1e-7), names
+        grid = np.linspace(0.0, float(cap or data.durations_s.max()), 97)
+        np.testing.assert_allclose(again.survival(grid), fresh["bathtub"].survival(grid), atol=1e-3, err_msg=str(names))
         reused = fit_models(data.durations_s, data.observed, max_lifetime_s=cap, models=SHIPPED_MODELS)
         assert reused["bathtub"].aic_ == pytest.approx(fresh["bathtub"].aic_, rel=1e-9)
         checked += 1
