@@ -47,12 +47,13 @@ def test_replace_cheapest_moves_to_the_available_type_and_replace_same_waits(tmp
     # replace-same can only buy p3.2xlarge back: it waits for the market to return
     assert same.finished and same.makespan_s > OUTAGE_END_S and same.deadline_met is False
     assert same.other_type_nodes == 0
-    # replace-cheapest buys 4 x g5.xlarge at once and meets the 8 h deadline
+    # replace-cheapest buys g5.xlarge at once (as many as add throughput at a bearable cost per
+    # sample: on a 10 Gbit/s network the performance model decides how many) and meets the deadline
     assert cheap.finished and cheap.deadline_met
     assert cheap.makespan_s < 0.5 * same.makespan_s
-    assert cheap.other_type_nodes == 4
+    assert 1 <= cheap.other_type_nodes <= 4
     keys = [k for _, k in cheap.timeline["membership_keys"]]
-    assert (("A10G", 1, 4),) in keys and all(g != "V100" for g, _, _ in keys[-1])
+    assert (("A10G", 1, cheap.other_type_nodes),) in keys and all(g != "V100" for g, _, _ in keys[-1])
     assert markets.descriptions == {"g5.xlarge": f"trace {tmp_path / 'synthetic_other.csv'}"}
 
 
@@ -60,7 +61,8 @@ def test_cost_bills_the_other_types_price(tmp_path):
     plan, src, params = _scenario(tmp_path)
     r, _ = _run(plan, src, params, "replace-cheapest")
     # the V100s bill until their revocation at 2000 s; the A10Gs from their grant (at once) to the end
-    expected = 4 * 0.918 * 2000.0 / 3600 + 4 * ALT_PRICE * (r.makespan_s - 2000.0) / 3600
+    assert r.other_type_nodes >= 1
+    expected = 4 * 0.918 * 2000.0 / 3600 + r.other_type_nodes * ALT_PRICE * (r.makespan_s - 2000.0) / 3600
     assert r.cost_usd == pytest.approx(expected)
 
 
@@ -68,12 +70,13 @@ def test_throughput_after_the_move_is_the_performance_models_for_the_other_gpu(t
     plan, src, params = _scenario(tmp_path)
     setup = make_setup(plan, "replace-cheapest", src, params, make_markets(plan, src, params))
     r = setup.run(1, record=True)
-    v100 = setup.throughput((("V100", 1, 4),))
-    a10g = setup.throughput((("A10G", 1, 4),))
-    assert a10g > 0 and a10g != v100
+    n = r.other_type_nodes
+    v100 = setup.throughput((("V100", 1, n),))
+    a10g = setup.throughput((("A10G", 1, n),))
+    assert n >= 1 and a10g > 0 and a10g != v100
     # progress is exact: the work done before the loss was rolled back to the last checkpoint,
     # then the A10G cluster trains from its join + restart to the end, with periodic checkpoints
-    joined = min(t for t, k in r.timeline["membership_keys"] if k == (("A10G", 1, 4),))
+    joined = min(t for t, k in r.timeline["membership_keys"] if k == (("A10G", 1, n),))
     work_s = r.makespan_s - joined - setup.restart_s
     ckpts = sum(1 for t, _ in r.timeline["checkpoints"] if t > joined)
     done_before = max(p for t, p in r.timeline["checkpoints"] if t <= 2000.0)
