@@ -156,3 +156,19 @@ def test_one_worker_curve_predicts_other_worker_counts_with_default_staleness():
         assert m.steps_to_target(0.2, batch_size_global=128, workers=n) == pytest.approx(meas, rel=0.25)
         # after the LR drop the floor rises with staleness (0.069 for 1 worker, 0.116 for 8)
         assert m.loss_at(60000, batch_size_global=128, workers=n) == pytest.approx(curves[n].losses[-2], rel=0.1)
+
+
+def test_curve_sets_split_the_shipped_experiments():
+    from spottrain.perf.convergence import curve_sets
+
+    every = load_accuracy_curves(None)
+    default = load_accuracy_curves()
+    assert {r["experiment"] for r in default} == {"k80_on_demand"} and len(default) < len(every)
+    sets = curve_sets(every)
+    assert sorted(sets[("k80_on_demand", "K80", 1)]) == [1, 2, 4, 8]
+    for gpu in ("K80", "V100"):
+        for ps in (1, 2):
+            assert sorted(sets[("1ps_vs_2ps", gpu, ps)]) == list(range(2, 9))
+    # the default load is the one set the model's defaults were fitted on, unchanged
+    assert {n: c.losses for n, c in curves_from_rows(default).items()} == \
+        {n: c.losses for n, c in sets[("k80_on_demand", "K80", 1)].items()}

@@ -236,10 +236,12 @@ def lambda_rows(data: str) -> list[dict]:
 
 
 def accuracy_curves(data: str) -> list[dict]:
-    """Test-accuracy curves of ResNet-32 (transient-dl): K80 on-demand 1/2/4/8 workers, 1 PS, async.
+    """Test-accuracy curves of ResNet-32 (transient-dl), asynchronous PS training.
 
+    ``experiment`` k80_on_demand: 1/2/4/8 K80 workers, 1 PS, several runs each; 1ps_vs_2ps: 2-8 K80
+    or V100 workers with 1 or 2 PS (the experiment the throughput table's PS rows come from).
     One row per evaluation point; ``workers`` is the cluster size, ``batch_size`` per worker.
-    Only on-demand runs are used (no revocations change the cluster during the run).
+    Spot runs are not used (revocations change the cluster during the run).
     """
     base = os.path.join(data, "transient-dl/training/k80_on_demand")
     rows = []
@@ -248,7 +250,20 @@ def accuracy_curves(data: str) -> list[dict]:
             for r in csv.DictReader(fh):
                 rows.append(dict(curve=f"k80-{n}w-run{r['Run']}", model="t2t-res32", gpu="K80", workers=n, ps=1,
                                  sync="async", batch_size=T2T_BATCH, step=int(float(r["Step"])),
-                                 wall_time_s=float(r["Wall Time"]), accuracy=float(r["Accuracy"])))
+                                 wall_time_s=float(r["Wall Time"]), accuracy=float(r["Accuracy"]),
+                                 experiment="k80_on_demand"))
+    # The PS-bottleneck experiment: the same job on 2-8 K80 or V100 workers with 1 or 2 servers.
+    exp = os.path.join(data, "transient-dl/training/experiment_1ps_vs_2ps")
+    sets = [(f"1ps_k80/{n}_data.csv", n, "K80", 1) for n in range(2, 9)]
+    sets += [(f"{k}ps{n}{g[0].lower()}/train_data.csv", n, g, k) for k, g in ((1, "V100"), (2, "K80"), (2, "V100"))
+             for n in range(2, 9)]
+    for rel, n, gpu, k in sets:
+        with open(os.path.join(exp, rel), newline="") as fh:
+            for r in csv.DictReader(fh):
+                rows.append(dict(curve=f"{gpu.lower()}-{k}ps-{n}w-run{r.get('Run') or 1}", model="t2t-res32", gpu=gpu,
+                                 workers=n, ps=k, sync="async", batch_size=T2T_BATCH, step=int(float(r["Step"])),
+                                 wall_time_s=float(r["Wall Time"]), accuracy=float(r["Accuracy"]),
+                                 experiment="1ps_vs_2ps"))
     return rows
 
 

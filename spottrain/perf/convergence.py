@@ -316,13 +316,28 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
     return tuple((lo + hi) / 2.0 for lo, hi in narrowed)
 
 
-def load_accuracy_curves() -> list[dict]:
-    """The shipped transient-dl ResNet-32 accuracy curves as rows (see SOURCE.md)."""
+def load_accuracy_curves(experiment: str | None = "k80_on_demand") -> list[dict]:
+    """The shipped transient-dl ResNet-32 accuracy curves as rows (see SOURCE.md).
+
+    ``experiment``: ``"k80_on_demand"`` (1/2/4/8 K80 workers, 1 PS; the default), ``"1ps_vs_2ps"``
+    (2-8 K80 or V100 workers, 1 or 2 PS), or ``None`` for all; :func:`curve_sets` splits them.
+    """
     import csv
     from importlib import resources
 
     text = resources.files("spottrain").joinpath("data", "measurements", "curves", "transient_dl_accuracy.csv").read_text()
-    return list(csv.DictReader(text.splitlines()))
+    rows = list(csv.DictReader(text.splitlines()))
+    return rows if experiment is None else [r for r in rows if r["experiment"] == experiment]
+
+
+def curve_sets(rows: list[dict]) -> dict[tuple[str, str, int], dict[int, LossCurve]]:
+    """Rows split by (experiment, GPU, parameter servers), each set as :func:`curves_from_rows` gives it."""
+    from collections import defaultdict
+
+    groups: dict[tuple[str, str, int], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["experiment"], r["gpu"], int(r["ps"]))].append(r)
+    return {k: curves_from_rows(v) for k, v in sorted(groups.items())}
 
 
 def curves_from_rows(rows: list[dict], *, average: bool = True) -> dict[int, LossCurve]:
