@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "catalog_cmd",
     "profile_cmd",
     "predict_cmd",
+    "converge_cmd",
     "transience_cmd",
     "plan_cmd",
     "simulate_cmd",

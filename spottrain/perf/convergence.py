@@ -362,3 +362,92 @@ def curves_from_rows(rows: list[dict], *, average: bool = True) -> dict[int, Los
                            losses=tuple(float(np.mean([p[1] for p in by[k]])) for k in keys),
                            batch_size=bs[n], workers=n)
     return out
+
+
+CURVE_COLUMNS = ("step", "loss | error | accuracy")
+"""Required columns of a loss-curve table (one of the three value columns)."""
+
+
+def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve]:
+    """Read a loss-curve CSV: one row per evaluation of a past run (see docs/formats.md).
+
+    Columns: ``step`` (global steps) and one of ``loss``, ``error`` or ``accuracy`` (a fraction;
+    fitted as error = 1 - accuracy); optional ``workers`` (default 1), ``batch_size`` (per-worker
+    batch of one update; default ``batch_size``), ``staleness`` (convergence coefficient R;
+    default: equal asynchronous workers), ``run`` (a label: runs of one configuration are pooled,
+    their evaluations averaged where they fall within 1 % of the run length of each other).
+    Errors name the file, line and column.
+    """
+    import csv
+    from collections import defaultdict
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(line for line in fh if not line.lstrip().startswith("#"))
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        reader.fieldnames = header
+        value_col = next((c for c in ("loss", "error", "accuracy") if c in header), None)
+        if "step" not in header or value_col is None:
+            missing = "step" if "step" not in header else "loss"
+            raise InputError(f"expected columns step and one of loss, error, accuracy; got {', '.join(header) or 'none'}",
+                             file=str(path), line=1, column=missing)
+        groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+        for i, row in enumerate(reader, start=2):
+            if not any((v or "").strip() for k, v in row.items() if k is not None):
+                continue
+
+            def num(col: str, default=None, *, lo: float = 0.0, strict: bool = False) -> float:
+                text = (row.get(col) or "").strip()
+                if not text:
+                    if default is None:
+                        raise InputError("expected a number, got an empty value", file=str(path), line=i, column=col)
+                    return default
+                try:
+                    v = float(text)
+                except ValueError:
+                    raise InputError(f"expected a number, got {text!r}", file=str(path), line=i, column=col) from None
+                if not math.isfinite(v) or v < lo or (strict and v == lo):
+                    raise InputError(f"expected a number {'>' if strict else '>='} {lo:g}, got {text!r}",
+                                     file=str(path), line=i, column=col)
+                return v
+
+            step = num("step")
+            value = num(value_col)
+            if value_col == "accuracy":
+                if value > 1.0:
+                    raise InputError(f"expected an accuracy between 0 and 1, got {value:g}", file=str(path), line=i,
+                                     column="accuracy")
+                value = 1.0 - value
+            workers = num("workers", 1.0, lo=1.0)
+            if workers != int(workers):
+                raise InputError(f"expected a whole number of workers, got {workers:g}", file=str(path), line=i,
+                                 column="workers")
+            if "batch_size" in header and (row.get("batch_size") or "").strip():
+                b = num("batch_size", strict=True)
+            elif batch_size is not None:
+                b = float(batch_size)
+            else:
+                raise InputError("expected a per-worker batch size here or a default (--batch-size)", file=str(path),
+                                 line=i, column="batch_size")
+            r = num("staleness", -1.0, lo=-1.0) if "staleness" in header else -1.0
+            groups[(int(workers), float(b), r)].append((step, value, (row.get("run") or "").strip()))
+    if not groups:
+        raise InputError("the table has no data rows", file=str(path))
+    curves = []
+    for (n, b, r), pts in sorted(groups.items()):
+        pts.sort()
+        span = max(p[0] for p in pts) - min(p[0] for p in pts)
+        tol = 0.01 * span if len({p[2] for p in pts}) > 1 else 0.0
+        buckets: list[list[tuple[float, float]]] = []
+        for s, v, _ in pts:
+            if buckets and s - buckets[-1][0][0] <= tol:
+                buckets[-1].append((s, v))
+            else:
+                buckets.append([(s, v)])
+        curves.append(LossCurve(steps=tuple(float(np.mean([p[0] for p in bk])) for bk in buckets),
+                                losses=tuple(float(np.mean([p[1] for p in bk])) for bk in buckets),
+                                batch_size=b, workers=n, staleness=None if r < 0 else r))
+    return curves

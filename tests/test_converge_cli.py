@@ -1,0 +1,100 @@
+"""`spottrain converge`: the convergence model fitted on a past run's loss-curve CSV, end to end."""
+
+import csv
+import json
+
+import pytest
+
+from spottrain.cli.main import main
+from spottrain.perf.convergence import ConvergenceModel, curves_from_rows, load_accuracy_curves, read_loss_curves
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as exc:
+        main(list(args))
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def _write_real_curves(path, workers):
+    """The shipped transient-dl ResNet-32 runs (accuracy per evaluation, one row per run and step)."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["run", "workers", "batch_size", "step", "accuracy"])
+        for r in load_accuracy_curves():
+            if int(r["workers"]) in workers:
+                w.writerow([r["curve"], r["workers"], r["batch_size"], r["step"], r["accuracy"]])
+
+
+def _measured_steps(curve, target):
+    pts = list(zip(curve.steps, curve.losses))
+    return next(s0 + (l0 - target) / (l0 - l1) * (s1 - s0) for (s0, l0), (s1, l1) in zip(pts, pts[1:])
+                if l0 > target >= l1)
+
+
+def test_reader_pools_runs_like_the_shipped_curves(tmp_path):
+    path = tmp_path / "runs.csv"
+    _write_real_curves(path, {1, 2, 4, 8})
+    ref = curves_from_rows(load_accuracy_curves())
+    got = {c.workers: c for c in read_loss_curves(path)}
+    assert set(got) == {1, 2, 4, 8}
+    for n, c in got.items():
+        assert c.steps == pytest.approx(ref[n].steps) and c.losses == pytest.approx(ref[n].losses)
+
+
+def test_held_out_worker_count_from_the_cli_is_the_library_answer_and_near_the_measurement(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    _write_real_curves(path, {1, 2, 4})
+    code, out, _ = run(capsys, "converge", "--curves", str(path), "--target-loss", "0.15", "--workers", "8", "--json")
+    assert code in (0, None)
+    pred = json.loads(out)["predictions"][0]
+    lib = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(read_loss_curves(path))
+    assert pred["steps"] == pytest.approx(lib.steps_to_target(0.15, batch_size_global=128, workers=8))
+    assert pred["samples"] == pytest.approx(pred["steps"] * 128)
+    measured = _measured_steps(curves_from_rows(load_accuracy_curves())[8], 0.15)  # never seen by the fit
+    assert abs(pred["steps"] - measured) / measured < 0.15
+
+
+def test_sync_counts_the_global_batch_and_no_staleness(tmp_path, capsys):
+    path = tmp_path / "one.csv"
+    path.write_text("step,loss\n" + "".join(f"{s},{5.0 / (s + 50) + 0.1:.6f}\n" for s in range(10, 2000, 40)))
+    code, out, _ = run(capsys, "converge", "--curves", str(path), "--target-loss", "0.15", "--batch-size", "32",
+                       "--workers", "1", "--workers", "4", "--sync", "sync", "--lr-boundaries", "none", "--json")
+    assert code in (0, None)
+    one, four = json.loads(out)["predictions"]
+    assert one["steps"] == pytest.approx(50.0, rel=0.05)  # 5 / (s + 50) + 0.1 = 0.15 at s = 50
+    assert four["steps"] == pytest.approx(one["steps"]) and four["samples"] == pytest.approx(4 * one["samples"])
+
+
+def test_unreachable_target_says_so(tmp_path, capsys):
+    path = tmp_path / "one.csv"
+    path.write_text("step,loss\n" + "".join(f"{s},{5.0 / (s + 50) + 0.1:.6f}\n" for s in range(10, 2000, 40)))
+    code, out, _ = run(capsys, "converge", "--curves", str(path), "--target-loss", "0.05", "--batch-size", "32")
+    assert code in (0, None) and "not reached" in out
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("step,value\n1,2\n", "line 1, column loss"),
+    ("step,loss,batch_size\n1,2,8\nx,3,8\n", "line 3, column step"),
+    ("step,loss,batch_size\n1,2,0\n", "line 2, column batch_size"),
+    ("step,accuracy,batch_size\n1,1.5,32\n", "line 2, column accuracy"),
+    ("step,loss,workers,batch_size\n1,2,2.5,32\n", "line 2, column workers"),
+    ("step,loss\n1,2\n", "line 2, column batch_size: expected a per-worker batch size"),
+    ("step,loss\n", "no data rows"),
+])
+def test_bad_tables_name_the_line_and_column(tmp_path, capsys, text, where):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    code, _, err = run(capsys, "converge", "--curves", str(path), "--target-loss", "0.1")
+    assert code == 2 and where in err and "Traceback" not in err
+
+
+def test_bad_options(tmp_path, capsys):
+    path = tmp_path / "one.csv"
+    path.write_text("step,loss\n" + "".join(f"{s},{5.0 / (s + 50) + 0.1:.6f}\n" for s in range(10, 2000, 40)))
+    for args, where in ((("--target-loss", "-1"), "--target-loss"), (("--target-loss", "0.1", "--sync", "x"), "--sync"),
+                        (("--target-loss", "0.1", "--lr-boundaries", "soon"), "--lr-boundaries")):
+        code, _, err = run(capsys, "converge", "--curves", str(path), "--batch-size", "8", *args)
+        assert code == 2 and where in err
+    code, _, err = run(capsys, "converge", "--curves", str(tmp_path / "missing.csv"), "--target-loss", "0.1")
+    assert code == 2 and "file not found" in err
