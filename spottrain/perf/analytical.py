@@ -35,7 +35,9 @@ fitted global g16 saying where between the two the measured frameworks sit.
   against its datasheet link is a property of the host (P2P enabled or not, PCIe switch topology,
   NVLink exposed to a partial VM or not) that the GPU's spec does not carry. In the Lambda table
   the 8-GPU V100 and A100 SXM machines scale like PCIe hosts (BERT-large fp32 on 8 A100: 3.3x),
-  while the H100 and B200 SXM machines reach their NVLink;
+  while the H100 and B200 SXM machines reach their NVLink. The path never falls below PCIe / 2
+  (staging through host memory, every byte crossing the GPU's PCIe link twice), which bounds what
+  a badly connected measured node can teach about other nodes of that GPU;
 * ring all-reduce over N nodes of G GPUs (NCCL): n = N G ranks, each rank sends ``2 (n-1)/n S``;
   the rings are pipelined, so the slowest link sets the pace: ``max(t_intra, 2 (n-1)/n S / B_node)``
   with B_node the slowest node's NIC (NCCL spreads its channels over all of the node's NICs).
@@ -135,6 +137,7 @@ class DeviceTable:
     log_ptf: np.ndarray
     log_bw: np.ndarray
     link_gbs: np.ndarray
+    pcie_gbs: np.ndarray | None = None  # host link per direction: the floor of the intra-node path
 
 
 def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,7 +211,12 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     S_ar = enc.grad * np.where(enc.fp16, ar16_fraction(g["g16"]), 1.0)
     le = (np.where(enc.lidx >= 0, e_l[np.maximum(enc.lidx, 0)], 0.0)
           if e_l is not None and e_l.size and enc.lidx is not None else 0.0)
-    link = devs.link_gbs[d] * 1e9 * np.exp(g["log_link_eff"] + le)
+    # However poorly a node uses its GPUs' link, the all-reduce can always be staged through host
+    # memory: every byte crosses the GPU's PCIe link twice, a floor of PCIe / 2 (NCCL's SHM path).
+    raw = devs.link_gbs[d] * np.exp(le)
+    if devs.pcie_gbs is not None:
+        raw = np.maximum(raw, 0.5 * devs.pcie_gbs[d])
+    link = raw * 1e9 * math.exp(g["log_link_eff"])
     G = enc.gpn
     t_intra = np.where(G > 1, 2.0 * (G - 1) / np.maximum(G, 1) * S_ar[:, None] / link, 0.0)
     net = enc.net * 1e9 * math.exp(g["log_net_eff"])
@@ -283,6 +291,7 @@ class GroupInput:
     net_gbs: float  # per-node network GB/s before efficiency
     effect: float  # e_g + e_gm
     link_effect: float = 0.0  # e_l: fitted log efficiency of this GPU type's intra-node interconnect
+    pcie_gbs: float = 0.0  # host link per direction (floor of the intra-node path: PCIe / 2)
 
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
@@ -309,7 +318,11 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         t_gpu = t_fixed + work * per_flop * math.exp(-(g["log_level"] + gr.effect + model_effect))
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
-        ti.append(2.0 * (G - 1) / G * grad_ar / (gr.link_gbs * 1e9 * link_eff * math.exp(gr.link_effect)) if G > 1 else 0.0)
+        if G > 1:
+            raw = max(gr.link_gbs * math.exp(gr.link_effect), 0.5 * gr.pcie_gbs)
+            ti.append(2.0 * (G - 1) / G * grad_ar / (raw * 1e9 * link_eff))
+        else:
+            ti.append(0.0)
         tn.append(2.0 * grad / (gr.net_gbs * 1e9 * net_eff))
     N = sum(gr.count for gr in groups)
     gpus = sum(gr.count * gr.gpn for gr in groups)
