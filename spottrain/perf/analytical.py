@@ -24,9 +24,11 @@ either a GEMM or an elementwise pass) and their max (one roofline for the whole 
 overlapped). Within a step, GEMMs stream operands while elementwise kernels compute, so the truth
 lies between; held out by GPU type (Lambda table) the sum scores 11.3 %, exponents 1.5 / 2 / 2.5 / 4
 score 10.7 / 10.5 / 10.5 / 11.1 %, and the 2-norm is kept as the round middle of that flat range
-(the CIFAR leave-one-model-out figure prefers the sum: 8.1 % against 8.3 %). e_g, e_m and e_gm are per-GPU, per-model and per-(GPU, model)
-speed deviations fitted with a ridge prior (0 when unseen): an unseen GPU is predicted from its
-peak FLOPS and memory bandwidth, an unseen model from its FLOPs, size and layer width.
+(the CIFAR leave-one-model-out figure prefers the sum: 8.1 % against 8.3 %).
+
+e_g, e_m and e_gm are per-GPU, per-model and per-(GPU, model) speed deviations fitted with a
+ridge prior (0 when unseen): an unseen GPU is predicted from its peak FLOPS and memory bandwidth,
+an unseen model from its FLOPs, size and layer width.
 
 **Communication** of S gradient bytes (fp32: 4 x parameters). A mixed-precision (fp16) step
 all-reduces between 2 and 4 bytes per parameter: 2 when the model itself is held in fp16 (apex O2,

@@ -172,6 +172,9 @@ class ThroughputModel:
         Folds of the internal cross-validation (intervals and the correction decision); 0 skips it.
     gpu_sigma, model_sigma:
         Prior standard deviation (log scale) of per-GPU and per-model efficiency deviations.
+    link_sigma:
+        Prior standard deviation (log scale) of the per-GPU-type intra-node interconnect effect
+        (fitted only for GPU types measured with several GPUs per node; 0 for the others).
     """
 
     def __init__(self, *, prior="physics", correction: str = "auto", folds: int = 5, gpu_sigma: float = 0.35,
