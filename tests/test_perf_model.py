@@ -45,7 +45,8 @@ def test_mva_deterministic_service_has_a_sharper_knee():
 def test_fast_path_equals_vectorised_predict():
     m = default_model()
     w = Workload.from_zoo("resnet50", 64)
-    cases = itertools.product(["1xV100", "4xp3.2xlarge", "1xV100+2xK80", "2xA100:8", "8xK80", "3xT4:4+2xV100"],
+    cases = itertools.product(["1xV100", "4xp3.2xlarge", "1xV100+2xK80", "2xA100:8", "8xK80", "3xT4:4+2xV100", "1xV100:8",
+                               "2xH100-PCIe:4+1xRTX4090:2"],
                               [0, 1, 3], ["sync", "async"], ["fp32", "fp16"], [None, 160])
     for cluster, ps, sync, prec, tensors in cases:
         if ps == 0 and sync == "async":

@@ -110,12 +110,15 @@ class _Query:
 
 
 def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[str, int],
-            model_effect: dict[str, int], inter_effect: dict[str, int] | None = None) -> tuple[an.Encoded, list]:
+            model_effect: dict[str, int], inter_effect: dict[str, int] | None = None,
+            link_effect: dict[str, int] | None = None) -> tuple[an.Encoded, list]:
     inter_effect = inter_effect or {}
+    link_effect = link_effect or {}
     K = max(len(q.cluster.groups) for q in queries)
     R = len(queries)
     cnt = np.zeros((R, K)); gpn = np.ones((R, K)); dev = np.zeros((R, K), dtype=int)
     net = np.ones((R, K)); gidx = -np.ones((R, K), dtype=int); iidx = -np.ones((R, K), dtype=int)
+    lidx = -np.ones((R, K), dtype=int)
     resolved = []
     for i, q in enumerate(queries):
         groups = _resolve_groups(q.cluster)
@@ -127,6 +130,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
             net[i, j] = (q.network_gbps or node_network_gbps(g.gpu, n_gpu)) / 8.0
             gidx[i, j] = gpu_effect.get(f"{name}/{q.precision}", -1)
             iidx[i, j] = inter_effect.get(f"{name}/{q.precision}|{q.model}", -1)
+            lidx[i, j] = link_effect.get(name, -1)
     enc = an.Encoded(cnt=cnt, gpn=gpn, dev=dev, net=net,
                      b=np.array([q.batch_size for q in queries], float),
                      flops=np.array([q.flops for q in queries], float),
@@ -134,7 +138,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      ntens=np.array([q.n_tensors for q in queries], float),
                      fp16=np.array([q.precision == "fp16" for q in queries]),
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
-                     gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx,
+                     gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx, lidx=lidx,
                      pix=np.array([input_pixels(q.model) for q in queries], float))
     shares = [ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None for q in queries]
     enc.ps_bshare = np.array([s[0] if s else np.nan for s in shares], float)
@@ -152,6 +156,7 @@ def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
         log_ptf=np.log([d.tensor_tflops("fp32") * d.sustained for d in ds]),
         log_bw=np.log([d.memory_bandwidth_gbs for d in ds]),
         link_gbs=np.array([(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs for d in ds]),
+        pcie_gbs=np.array([d.pcie_gbs for d in ds], float),
     )
 
 
@@ -171,23 +176,27 @@ class ThroughputModel:
         Folds of the internal cross-validation (intervals and the correction decision); 0 skips it.
     gpu_sigma, model_sigma:
         Prior standard deviation (log scale) of per-GPU and per-model efficiency deviations.
+    link_sigma:
+        Prior standard deviation (log scale) of the per-GPU-type intra-node interconnect effect
+        (fitted only for GPU types measured with several GPUs per node; 0 for the others).
     """
 
     def __init__(self, *, prior="physics", correction: str = "auto", folds: int = 5, gpu_sigma: float = 0.35,
                  model_sigma: float = 0.5, inter_sigma: float = 0.25, obs_sigma: float = 0.08,
-                 random_state: int = 0) -> None:
+                 random_state: int = 0, link_sigma: float = 1.0) -> None:
         self.prior = prior
         self.correction = correction
         self.folds = folds
         self.gpu_sigma = gpu_sigma
         self.model_sigma = model_sigma
         self.inter_sigma = inter_sigma
+        self.link_sigma = link_sigma
         self.obs_sigma = obs_sigma
         self.random_state = random_state
 
     def get_params(self, deep: bool = False) -> dict:
         return {k: getattr(self, k) for k in ("prior", "correction", "folds", "gpu_sigma", "model_sigma",
-                                               "inter_sigma", "obs_sigma", "random_state")}
+                                               "inter_sigma", "obs_sigma", "random_state", "link_sigma")}
 
     def set_params(self, **params) -> "ThroughputModel":
         for k, v in params.items():
@@ -201,6 +210,7 @@ class ThroughputModel:
         g_prior: dict[str, float] = {}
         m_prior: dict[str, float] = {}
         i_prior: dict[str, float] = {}
+        l_prior: dict[str, float] = {}
         if isinstance(self.prior, ThroughputModel):
             p = self.prior
             p._check()
@@ -214,7 +224,9 @@ class ThroughputModel:
             g_prior = dict(p.gpu_effects_)
             m_prior = dict(p.model_effects_)
             i_prior = dict(p.inter_effects_)
-        return mean, sd, g_prior, m_prior, i_prior
+            # Link effects are not passed on: they describe the hosts the prior was measured on
+            # (see fit_default_model), and a new table's GPUs start from their interconnect's spec.
+        return mean, sd, g_prior, m_prior, i_prior, l_prior
 
     def fit(self, measurements: list[Measurement]) -> "ThroughputModel":
         """Calibrate on measured rows (each needs ``throughput``); returns ``self``."""
@@ -227,38 +239,45 @@ class ThroughputModel:
             if m.throughput is None or not m.throughput > 0:
                 raise InputError("expected a throughput > 0", line=m.line, column="throughput")
         queries = [_Query.of(m) for m in rows]
-        mean, sd, g_prior, m_prior, i_prior = self._prior_means()
+        mean, sd, g_prior, m_prior, i_prior, l_prior = self._prior_means()
         gpu_keys = sorted({f"{device(g.gpu).name}/{q.precision}" for q in queries for g in q.cluster.groups})
         model_keys = sorted({q.model for q in queries})
         inter_keys = sorted({f"{device(g.gpu).name}/{q.precision}|{q.model}" for q in queries for g in q.cluster.groups})
         gpu_effect = {k: i for i, k in enumerate(gpu_keys)}
         model_effect = {k: i for i, k in enumerate(model_keys)}
         inter_effect = {k: i for i, k in enumerate(inter_keys)}
+        # Interconnect efficiency of each GPU type's node: only identified by rows with several GPUs per node.
+        link_keys = sorted({name for q in queries for g, name, gpn in _resolve_groups(q.cluster) if gpn > 1})
+        link_effect = {k: i for i, k in enumerate(link_keys)}
         dev_index: dict[str, int] = {}
-        enc, _ = _encode(queries, dev_index, gpu_effect, model_effect, inter_effect)
+        enc, _ = _encode(queries, dev_index, gpu_effect, model_effect, inter_effect, link_effect)
         devs = _device_table(dev_index)
         y = np.log([q.throughput for q in queries])
         g0 = np.array([g_prior.get(k, 0.0) for k in gpu_keys])
         m0 = np.array([m_prior.get(k, 0.0) for k in model_keys])
         i0 = np.array([i_prior.get(k, 0.0) for k in inter_keys])
+        l0 = np.array([l_prior.get(k, 0.0) for k in link_keys])
+        nI = len(inter_keys)
         nT, nG, nM = len(mean), len(gpu_keys), len(model_keys)
         s_obs = self.obs_sigma
 
         def resid(z):
-            th, eg, em, ei = z[:nT], z[nT: nT + nG], z[nT + nG: nT + nG + nM], z[nT + nG + nM:]
+            th, eg, em = z[:nT], z[nT: nT + nG], z[nT + nG: nT + nG + nM]
+            ei, el = z[nT + nG + nM: nT + nG + nM + nI], z[nT + nG + nM + nI:]
             with np.errstate(all="ignore"):
-                pred = an.evaluate(th, eg, em, enc, devs, e_i=ei)
+                pred = an.evaluate(th, eg, em, enc, devs, e_i=ei, e_l=el)
             r = (np.log(np.maximum(pred, 1e-12)) - y) / s_obs
             return np.concatenate([r, (th - mean) / sd, (eg - g0) / self.gpu_sigma, (em - m0) / self.model_sigma,
-                                   (ei - i0) / self.inter_sigma])
+                                   (ei - i0) / self.inter_sigma, (el - l0) / self.link_sigma])
 
-        z0 = np.concatenate([mean, g0, m0, i0])
+        z0 = np.concatenate([mean, g0, m0, i0, l0])
         sol = least_squares(resid, z0, method="lm", x_scale=1.0, max_nfev=60 * (len(z0) + 1))
         z = sol.x
         self.theta_ = z[: len(mean)]
         self.gpu_effects_ = dict(zip(gpu_keys, z[len(mean): len(mean) + nG]))
         self.model_effects_ = dict(zip(model_keys, z[nT + nG: nT + nG + nM]))
-        self.inter_effects_ = {**i_prior, **dict(zip(inter_keys, z[nT + nG + nM:]))}
+        self.inter_effects_ = {**i_prior, **dict(zip(inter_keys, z[nT + nG + nM: nT + nG + nM + nI]))}
+        self.link_effects_ = {**l_prior, **dict(zip(link_keys, z[nT + nG + nM + nI:]))}
         self.gpu_effects_ = {**{k: v for k, v in g_prior.items() if k not in self.gpu_effects_}, **self.gpu_effects_}
         self.model_effects_ = {**{k: v for k, v in m_prior.items() if k not in self.model_effects_}, **self.model_effects_}
         self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
@@ -268,7 +287,8 @@ class ThroughputModel:
         self.n_rows_ = len(rows)
         with np.errstate(all="ignore"):
             fitted = an.evaluate(self.theta_, *self._effect_arrays(enc_keys=(gpu_keys, model_keys)), enc, devs,
-                                 e_i=np.array([self.inter_effects_[k] for k in inter_keys]))
+                                 e_i=np.array([self.inter_effects_[k] for k in inter_keys]),
+                                 e_l=np.array([self.link_effects_[k] for k in link_keys]))
         self.train_log_residuals_ = y - np.log(fitted)
         self.correction_ = None
         self.interval_log_ = float(np.quantile(np.abs(self.train_log_residuals_), 0.9)) * 1.5 + 0.02
@@ -335,16 +355,18 @@ class ThroughputModel:
         gpu_keys = sorted(self.gpu_effects_)
         model_keys = sorted(self.model_effects_)
         inter_keys = sorted(self.inter_effects_)
+        link_keys = sorted(self.link_effects_)
         gmap = {k: i for i, k in enumerate(gpu_keys)}
         mmap = {k: i for i, k in enumerate(model_keys)}
         imap = {k: i for i, k in enumerate(inter_keys)}
         dev_index: dict[str, int] = {}
-        enc, resolved = _encode(qs, dev_index, gmap, mmap, imap)
+        enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)})
         devs = _device_table(dev_index)
         eg, em = self._effect_arrays((gpu_keys, model_keys))
         ei = np.array([self.inter_effects_[k] for k in inter_keys])
         with np.errstate(all="ignore"):
-            x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True, e_i=ei)
+            x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True, e_i=ei,
+                                   e_l=np.array([self.link_effects_[k] for k in link_keys]))
         logx = np.log(x)
         if self.correction_ is not None:
             logx = logx + self.correction_.predict([q for q in queries] if all(isinstance(q, Measurement) for q in queries)
@@ -366,7 +388,7 @@ class ThroughputModel:
                 per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
         return out
 
-    _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "fitted_gpus_", "fitted_models_",
+    _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_")
 
     def to_dict(self) -> dict:
@@ -421,7 +443,8 @@ class ThroughputModel:
                 log_p32=math.log(d.fp32_tflops * d.sustained), log_bw=math.log(d.memory_bandwidth_gbs),
                 link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
                 net_gbs=(q.network_gbps or node_network_gbps(g.gpu, gpn)) / 8.0,
-                effect=self.gpu_effects_.get(key, 0.0) + self.inter_effects_.get(f"{key}|{q.model}", 0.0)))
+                effect=self.gpu_effects_.get(key, 0.0) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
+                link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
                                          model_effect=self.model_effects_.get(q.model, 0.0), pix=input_pixels(q.model),
@@ -455,7 +478,15 @@ def fit_default_model() -> ThroughputModel:
     """Fit the default model on the shipped real measurement tables (a few seconds)."""
     from spottrain.perf.measurements import load_shipped
 
-    return ThroughputModel(folds=0, correction="none").fit(load_shipped())
+    model = ThroughputModel(folds=0, correction="none").fit(load_shipped())
+    # The per-GPU-type interconnect effects describe the measured hosts, not the GPU: Lambda's
+    # 8x A100-80GB machine all-reduces BERT's gradients at a few GB/s (8 GPUs run BERT-large only
+    # 3.3x as fast as one), where a cloud node of the same GPU has NVLink / NVSwitch (AWS p4de,
+    # GCP a2-ultragpu). The shipped calibration prices cloud nodes from their interconnect's spec
+    # and the fitted global link efficiency (which the NVLink hosts of the tables, H100 and B200,
+    # set); a user's own table (`predict --measurements`) learns its hosts' effects again.
+    model.link_effects_ = {}
+    return model
 
 
 def default_model() -> ThroughputModel:
