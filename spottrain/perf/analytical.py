@@ -45,7 +45,9 @@ fitted global g16 saying where between the two the measured frameworks sit.
   the 8-GPU V100 and A100 SXM machines scale like PCIe hosts (BERT-large fp32 on 8 A100: 3.3x),
   while the H100 and B200 SXM machines reach their NVLink. The path never falls below PCIe / 2
   (staging through host memory, every byte crossing the GPU's PCIe link twice), which bounds what
-  a badly connected measured node can teach about other nodes of that GPU;
+  a badly connected measured node can teach about other nodes of that GPU. Being the host's, e_l
+  applies to the model fitted on that host's rows only: the shipped calibration and models that
+  take a fitted model as prior start every GPU type at 0 (``throughput.fit_default_model``);
 * ring all-reduce over N nodes of G GPUs (NCCL): n = N G ranks, each rank sends ``2 (n-1)/n S``;
   the rings are pipelined, so the slowest link sets the pace: ``max(t_intra, 2 (n-1)/n S / B_node)``
   with B_node the slowest node's NIC (NCCL spreads its channels over all of the node's NICs).
