@@ -154,6 +154,18 @@ def main() -> None:
     n, o, l, p = leave_groups_out(tf_rows, key, lambda m: m.ps == 2, prior=lam_prior)
     report("2 parameter servers, held-out series (CM-DARE+transient)", n, o, l, p, "<= 5")
 
+    # 5b. Harder holds: no 2-PS row at all in training (every 2-PS row from 1-PS rows); and across
+    #     studies, the PS rows of one study predicted from the other's (same job, other GCE clusters).
+    train, test = [m for m in tf_rows if m.ps != 2], [m for m in tf_rows if m.ps == 2]
+    report("2 PS from 1-PS rows only (no 2-PS row in training)", len(test),
+           score(predict(fit(train, lam_prior), test), obs(test)), score(linear_baseline(train, test), obs(test)),
+           math.nan, "-")
+    for src, dst in ((cm, td), (td, cm)):
+        test = [m for m in dst if m.cluster.nodes > 1]
+        name = "CM-DARE -> transient-dl" if src is cm else "transient-dl -> CM-DARE"
+        report(f"across studies, 2-8 workers ({name})", len(test), score(predict(fit(src, lam_prior), test), obs(test)),
+               score(linear_baseline(src, test), obs(test)), math.nan, "-")
+
     # 6. Intra-node data parallel 2-8 GPUs (Lambda), one (GPU, precision) series held out.
     n, o, l, p = leave_groups_out(lam, lambda m: (gpu_of(m), m.precision, m.model), lambda m: not single(m))
     report("intra-node 2-8 GPUs, held-out series (Lambda)", n, o, l, p, "<= 5")
