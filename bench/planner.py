@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from _machine import machine  # noqa: E402  (bench/ is on sys.path when this script runs)
+from _pages import write_page  # noqa: E402
 from spottrain.catalog import load_catalog  # noqa: E402
 from spottrain.perf.workload import Workload  # noqa: E402
 from spottrain.planner import plan  # noqa: E402
@@ -169,8 +170,7 @@ def main() -> int:
         "Plan quality against the hindsight-optimal plan and the 95%-of-deadlines goal are measured by the "
         "simulator benchmark (bench/simulator.py), which calls `spottrain.planner.plan`.", "",
     ]
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "planner.md").write_text("\n".join(md))
+    write_page(HERE / "results" / "planner.md", md)
     return 0 if all(r[8] for r in res) else 1
 
 
