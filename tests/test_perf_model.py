@@ -145,3 +145,28 @@ def test_unseen_model_from_cmdare_uses_tensor_count_structure():
     pred = np.array([p.throughput for p in model.predict(test, warn=False)])
     y = np.array([m.throughput for m in test])
     assert float(np.mean(np.abs(pred - y) / y)) < 0.15
+
+
+def test_mixed_precision_effect_is_per_model_and_fp16_only():
+    lam = load_shipped(("lambda",))
+    m = ThroughputModel(folds=0, correction="none").fit(lam)
+    prec_keys = {k for k in m.model_effects_ if "|" in k}
+    assert prec_keys == {f"{name}|fp16" for name in {r.model for r in lam if r.precision == "fp16"}}
+    assert all("|" not in k for k in m.fitted_models_)
+    assert all(abs(m.model_effects_[k]) < 0.5 for k in prec_keys)  # a tight prior: a correction, not a model
+    # A model measured only in fp32 gets no fp16 effect: its fp16 rows keep the model effect alone.
+    fp32_only = ThroughputModel(folds=0, correction="none").fit([r for r in lam if r.precision == "fp32"])
+    assert not any("|" in k for k in fp32_only.model_effects_)
+    # The effect moves fp16 predictions only, through both the vectorised and the scalar path.
+    w = Workload.from_zoo("resnet50", 256)
+    qs = {p: _Query(model="resnet50", batch_size=256, cluster=ClusterSpec.parse("1xA100"), ps=0, sync="sync",
+                    flops=w.flops_per_sample, grad=w.gradient_bytes, precision=p) for p in ("fp32", "fp16")}
+    before = {p: m.predict([q], warn=False)[0].throughput for p, q in qs.items()}
+    m.model_effects_["resnet50|fp16"] += 0.2
+    after = {p: m.predict([q], warn=False)[0].throughput for p, q in qs.items()}
+    assert after["fp32"] == pytest.approx(before["fp32"], rel=1e-12)
+    assert after["fp16"] > before["fp16"] * 1.1
+    assert m.predict_one(qs["fp16"]).throughput == pytest.approx(after["fp16"], rel=1e-9)
+    # Saved and restored with the other effects.
+    assert ThroughputModel.from_dict(m.to_dict()).model_effects_["resnet50|fp16"] == pytest.approx(
+        m.model_effects_["resnet50|fp16"])

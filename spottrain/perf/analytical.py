@@ -28,7 +28,12 @@ score 10.7 / 10.5 / 10.5 / 11.1 %, and the 2-norm is kept as the round middle of
 
 e_g, e_m and e_gm are per-GPU, per-model and per-(GPU, model) speed deviations fitted with a
 ridge prior (0 when unseen): an unseen GPU is predicted from its peak FLOPS and memory bandwidth,
-an unseen model from its FLOPs, size and layer width.
+an unseen model from its FLOPs, size and layer width. On fp16 rows e_m also holds the model's
+mixed-precision effect (a tighter prior, ``precision_sigma``): what the framework's fp16 path of
+that model gains beyond the roofline's fp16 peak and halved traffic. PyTorch autocast, as in
+NVIDIA's ResNet-50 scripts, keeps fp32 weights, batch norm and the casts in fp32, so ResNet-50
+gains less from fp16 than a model held entirely in fp16 (their BERT). Being the model's, it
+carries over to GPUs the table does not hold.
 
 **Communication** of S gradient bytes (fp32: 4 x parameters). A mixed-precision (fp16) step
 all-reduces between 2 and 4 bytes per parameter: 2 when the model itself is held in fp16 (apex O2,
@@ -162,6 +167,7 @@ class Encoded:
     ps_bshare: np.ndarray | None = None  # (R,) largest share of the bytes on one server (NaN = layout unknown)
     ps_tshare: np.ndarray | None = None  # (R,) largest share of the tensors on one server (NaN = layout unknown)
     lidx: np.ndarray | None = None  # (R, K) node-interconnect effect index (-1 = unseen)
+    pidx: np.ndarray | None = None  # (R,) index into e_m of the model's mixed-precision effect (-1 = none)
 
 
 @dataclass
@@ -244,6 +250,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     work = enc.b * enc.flops  # FLOPs per GPU per step
     ge = np.where(enc.gidx >= 0, e_g[np.maximum(enc.gidx, 0)] if e_g.size else 0.0, 0.0)
     me = np.where(enc.midx >= 0, e_m[np.maximum(enc.midx, 0)] if e_m.size else 0.0, 0.0)
+    if enc.pidx is not None and e_m.size:
+        me = me + np.where(enc.pidx >= 0, e_m[np.maximum(enc.pidx, 0)], 0.0)
     ie = (np.where(enc.iidx >= 0, e_i[np.maximum(enc.iidx, 0)], 0.0)
           if e_i is not None and e_i.size else 0.0)
     width = np.log(enc.grad / 4.0 / enc.ntens) - WIDTH_REF

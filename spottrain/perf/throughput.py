@@ -139,11 +139,17 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      fp16=np.array([q.precision == "fp16" for q in queries]),
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx, lidx=lidx,
+                     pidx=np.array([model_effect.get(_prec_key(q.model, q.precision), -1) for q in queries]),
                      pix=np.array([input_pixels(q.model) for q in queries], float))
     shares = [ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None for q in queries]
     enc.ps_bshare = np.array([s[0] if s else np.nan for s in shares], float)
     enc.ps_tshare = np.array([s[1] if s else np.nan for s in shares], float)
     return enc, resolved
+
+
+def _prec_key(model: str, precision: str) -> str:
+    """Key of a model's mixed-precision effect in ``model_effects_`` (fitted for fp16 rows only)."""
+    return f"{model}|{precision}"
 
 
 def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
@@ -179,11 +185,17 @@ class ThroughputModel:
     link_sigma:
         Prior standard deviation (log scale) of the per-GPU-type intra-node interconnect effect
         (fitted only for GPU types measured with several GPUs per node; 0 for the others).
+    precision_sigma:
+        Prior standard deviation (log scale) of a model's mixed-precision (fp16) effect, added to
+        its model effect on fp16 rows only: how much of the model's step the framework's fp16
+        path speeds up beyond what the roofline gives (autocast keeps fp32 weights and runs
+        batch norm and the casts in fp32; a fully fp16 model does not). 0 for an unseen model
+        and for a model measured only in fp32.
     """
 
     def __init__(self, *, prior="physics", correction: str = "auto", folds: int = 5, gpu_sigma: float = 0.35,
                  model_sigma: float = 0.5, inter_sigma: float = 0.25, obs_sigma: float = 0.08,
-                 random_state: int = 0, link_sigma: float = 1.0) -> None:
+                 random_state: int = 0, link_sigma: float = 1.0, precision_sigma: float = 0.1) -> None:
         self.prior = prior
         self.correction = correction
         self.folds = folds
@@ -191,12 +203,14 @@ class ThroughputModel:
         self.model_sigma = model_sigma
         self.inter_sigma = inter_sigma
         self.link_sigma = link_sigma
+        self.precision_sigma = precision_sigma
         self.obs_sigma = obs_sigma
         self.random_state = random_state
 
     def get_params(self, deep: bool = False) -> dict:
         return {k: getattr(self, k) for k in ("prior", "correction", "folds", "gpu_sigma", "model_sigma",
-                                               "inter_sigma", "obs_sigma", "random_state", "link_sigma")}
+                                               "inter_sigma", "obs_sigma", "random_state", "link_sigma",
+                                               "precision_sigma")}
 
     def set_params(self, **params) -> "ThroughputModel":
         for k, v in params.items():
@@ -241,7 +255,9 @@ class ThroughputModel:
         queries = [_Query.of(m) for m in rows]
         mean, sd, g_prior, m_prior, i_prior, l_prior = self._prior_means()
         gpu_keys = sorted({f"{device(g.gpu).name}/{q.precision}" for q in queries for g in q.cluster.groups})
-        model_keys = sorted({q.model for q in queries})
+        models = sorted({q.model for q in queries})
+        # A model's mixed-precision effect: fp16 rows only, fp32 is the reference of the model effect.
+        model_keys = models + sorted({_prec_key(q.model, q.precision) for q in queries if q.precision == "fp16"})
         inter_keys = sorted({f"{device(g.gpu).name}/{q.precision}|{q.model}" for q in queries for g in q.cluster.groups})
         gpu_effect = {k: i for i, k in enumerate(gpu_keys)}
         model_effect = {k: i for i, k in enumerate(model_keys)}
@@ -260,6 +276,7 @@ class ThroughputModel:
         nI = len(inter_keys)
         nT, nG, nM = len(mean), len(gpu_keys), len(model_keys)
         s_obs = self.obs_sigma
+        m_sd = np.array([self.model_sigma if "|" not in k else self.precision_sigma for k in model_keys])
 
         def resid(z):
             th, eg, em = z[:nT], z[nT: nT + nG], z[nT + nG: nT + nG + nM]
@@ -267,7 +284,7 @@ class ThroughputModel:
             with np.errstate(all="ignore"):
                 pred = an.evaluate(th, eg, em, enc, devs, e_i=ei, e_l=el)
             r = (np.log(np.maximum(pred, 1e-12)) - y) / s_obs
-            return np.concatenate([r, (th - mean) / sd, (eg - g0) / self.gpu_sigma, (em - m0) / self.model_sigma,
+            return np.concatenate([r, (th - mean) / sd, (eg - g0) / self.gpu_sigma, (em - m0) / m_sd,
                                    (ei - i0) / self.inter_sigma, (el - l0) / self.link_sigma])
 
         z0 = np.concatenate([mean, g0, m0, i0, l0])
@@ -281,7 +298,7 @@ class ThroughputModel:
         self.gpu_effects_ = {**{k: v for k, v in g_prior.items() if k not in self.gpu_effects_}, **self.gpu_effects_}
         self.model_effects_ = {**{k: v for k, v in m_prior.items() if k not in self.model_effects_}, **self.model_effects_}
         self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
-        self.fitted_models_ = set(model_keys) | set(m_prior)
+        self.fitted_models_ = set(models) | {k for k in m_prior if "|" not in k}
         self.max_nodes_ = max(q.cluster.nodes for q in queries)
         self.max_gpus_per_node_ = max(g.gpus_per_node for q in queries for g in q.cluster.groups)
         self.n_rows_ = len(rows)
@@ -447,7 +464,9 @@ class ThroughputModel:
                 link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
-                                         model_effect=self.model_effects_.get(q.model, 0.0), pix=input_pixels(q.model),
+                                         model_effect=self.model_effects_.get(q.model, 0.0)
+                                         + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
+                                         pix=input_pixels(q.model),
                                          ps_share=ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None)
         notes = self._extrapolation(q)
         half = self.interval_log_
@@ -565,6 +584,7 @@ def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:
     clone.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
     clone.model_effects_ = dict(m.model_effects_)
     clone.model_effects_[w.model] = 0.0
+    clone.model_effects_.pop(_prec_key(w.model, w.precision), None)  # the profile gives the whole effect
     clone.correction_ = None
     pred = clone.predict([q], warn=False)[0]
     tau = (math.exp(clone.theta_[an.G_INDEX["log_tau"]])
