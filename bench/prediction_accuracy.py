@@ -187,19 +187,7 @@ def main() -> None:
     # 8. Steps to target error (1 - accuracy), leave one worker count out: ours (staleness form, LR
     #    phases found in the training curves) vs spotDNN's loss model as published (one hyperbola).
     curves = curves_from_rows(load_accuracy_curves())
-    errs, spot, base = [], [], []
-    for n_out in sorted(curves):
-        train = [c for n, c in curves.items() if n != n_out]
-        ours = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(train)
-        spotdnn = ConvergenceModel().fit(train)
-        ref = curves[1] if n_out != 1 else curves[2]
-        for target in (0.20, 0.15, 0.12):
-            meas = _steps_to(curves[n_out], target)
-            if meas is None:
-                continue
-            errs.append(abs(ours.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
-            spot.append(abs(spotdnn.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
-            base.append(abs((_steps_to(ref, target) or math.nan) - meas) / meas * 100)
+    errs, spot, base = _steps_errors(curves, lambda n_out: curves[1] if n_out != 1 else curves[2])
     report("steps to target error, leave one worker count out (transient-dl)", len(errs), float(np.mean(errs)),
            float(np.nanmean(base)), math.nan, "<= 8",
            f"baseline: steps of the 1-worker curve; spotDNN's loss model: {np.mean(spot):.1f}")
@@ -209,18 +197,11 @@ def main() -> None:
     #     Baseline: the steps of the nearest other worker count's curve in the same set.
     errs, spot, base = [], [], []
     for _key, cs in curve_sets(load_accuracy_curves("1ps_vs_2ps")).items():
-        for n_out in sorted(cs):
-            train = [c for n, c in cs.items() if n != n_out]
-            ours = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(train)
-            spotdnn = ConvergenceModel().fit(train)
-            ref = cs[min((n for n in cs if n != n_out), key=lambda n: (abs(n - n_out), n))]
-            for target in (0.20, 0.15, 0.12):
-                meas = _steps_to(cs[n_out], target)
-                if meas is None:
-                    continue
-                errs.append(abs(ours.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
-                spot.append(abs(spotdnn.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
-                base.append(abs((_steps_to(ref, target) or math.nan) - meas) / meas * 100)
+        e, s_, b_ = _steps_errors(cs, lambda n_out, cs=cs: cs[min((n for n in cs if n != n_out),
+                                                                  key=lambda n: (abs(n - n_out), n))])
+        errs += e
+        spot += s_
+        base += b_
     report("steps to target, leave one worker count out (1/2 PS, K80/V100 sets)", len(errs), float(np.mean(errs)),
            float(np.nanmean(base)), math.nan, "-",
            f"baseline: steps of the nearest worker count's curve; spotDNN's loss model: {np.mean(spot):.1f}")
@@ -266,6 +247,25 @@ def main() -> None:
     print(f"predict_throughput: {per_call:.1f} us/call (memoised repeats), vectorised predict: {vec:.1f} us/row; "
           f"total bench time {time.time() - t0:.0f} s")
     ROWS.append(("speed", k, per_call, vec, math.nan, "< 50 us", ""))
+
+
+def _steps_errors(curves, reference, targets=(0.20, 0.15, 0.12)):
+    """Leave one worker count out of ``curves``: % errors of ours, spotDNN's form and the baseline
+    (the steps of ``reference(n_out)``'s curve) at each target the held-out curve reaches."""
+    errs, spot, base = [], [], []
+    for n_out in sorted(curves):
+        train = [c for n, c in curves.items() if n != n_out]
+        ours = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(train)
+        spotdnn = ConvergenceModel().fit(train)
+        ref = reference(n_out)
+        for target in targets:
+            meas = _steps_to(curves[n_out], target)
+            if meas is None:
+                continue
+            errs.append(abs(ours.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
+            spot.append(abs(spotdnn.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
+            base.append(abs((_steps_to(ref, target) or math.nan) - meas) / meas * 100)
+    return errs, spot, base
 
 
 def _steps_to(curve, target):

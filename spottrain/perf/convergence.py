@@ -378,62 +378,39 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
     their evaluations averaged where they fall within 1 % of the run length of each other).
     Errors name the file, line and column.
     """
-    import csv
     from collections import defaultdict
-    from pathlib import Path
 
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(line for line in fh if not line.lstrip().startswith("#"))
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        reader.fieldnames = header
-        value_col = next((c for c in ("loss", "error", "accuracy") if c in header), None)
-        if "step" not in header or value_col is None:
-            missing = "step" if "step" not in header else "loss"
-            raise InputError(f"expected columns step and one of loss, error, accuracy; got {', '.join(header) or 'none'}",
-                             file=str(path), line=1, column=missing)
-        groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
-        for i, row in enumerate(reader, start=2):
-            if not any((v or "").strip() for k, v in row.items() if k is not None):
-                continue
+    from spottrain.perf.measurements import read_table
 
-            def num(col: str, default=None, *, lo: float = 0.0, strict: bool = False) -> float:
-                text = (row.get(col) or "").strip()
-                if not text:
-                    if default is None:
-                        raise InputError("expected a number, got an empty value", file=str(path), line=i, column=col)
-                    return default
-                try:
-                    v = float(text)
-                except ValueError:
-                    raise InputError(f"expected a number, got {text!r}", file=str(path), line=i, column=col) from None
-                if not math.isfinite(v) or v < lo or (strict and v == lo):
-                    raise InputError(f"expected a number {'>' if strict else '>='} {lo:g}, got {text!r}",
-                                     file=str(path), line=i, column=col)
-                return v
-
-            step = num("step")
-            value = num(value_col)
-            if value_col == "accuracy":
-                if value > 1.0:
-                    raise InputError(f"expected an accuracy between 0 and 1, got {value:g}", file=str(path), line=i,
-                                     column="accuracy")
-                value = 1.0 - value
-            workers = num("workers", 1.0, lo=1.0)
-            if workers != int(workers):
-                raise InputError(f"expected a whole number of workers, got {workers:g}", file=str(path), line=i,
-                                 column="workers")
-            if "batch_size" in header and (row.get("batch_size") or "").strip():
-                b = num("batch_size", strict=True)
-            elif batch_size is not None:
-                b = float(batch_size)
-            else:
-                raise InputError("expected a per-worker batch size here or a default (--batch-size)", file=str(path),
-                                 line=i, column="batch_size")
-            r = num("staleness", -1.0, lo=-1.0) if "staleness" in header else -1.0
-            groups[(int(workers), float(b), r)].append((step, value, (row.get("run") or "").strip()))
+    header, table = read_table(path)
+    value_col = next((c for c in ("loss", "error", "accuracy") if c in header), None)
+    if "step" not in header or value_col is None:
+        missing = "step" if "step" not in header else "loss"
+        raise InputError(f"expected columns step and one of loss, error, accuracy; got {', '.join(header) or 'none'}",
+                         file=str(path), line=1, column=missing)
+    groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    for i, row in table:
+        where = (str(path), i)
+        step = _cell(row, "step", where)
+        value = _cell(row, value_col, where)
+        if value_col == "accuracy":
+            if value > 1.0:
+                raise InputError(f"expected an accuracy between 0 and 1, got {value:g}", file=str(path), line=i,
+                                 column="accuracy")
+            value = 1.0 - value
+        workers = _cell(row, "workers", where, 1.0, lo=1.0)
+        if workers != int(workers):
+            raise InputError(f"expected a whole number of workers, got {workers:g}", file=str(path), line=i,
+                             column="workers")
+        if "batch_size" in header and (row.get("batch_size") or "").strip():
+            b = _cell(row, "batch_size", where, strict=True)
+        elif batch_size is not None:
+            b = float(batch_size)
+        else:
+            raise InputError("expected a per-worker batch size here or a default (--batch-size)", file=str(path),
+                             line=i, column="batch_size")
+        r = _cell(row, "staleness", where, -1.0, lo=-1.0) if "staleness" in header else -1.0
+        groups[(int(workers), float(b), r)].append((step, value, (row.get("run") or "").strip()))
     if not groups:
         raise InputError("the table has no data rows", file=str(path))
     curves = []
@@ -451,3 +428,22 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
                                 losses=tuple(float(np.mean([p[1] for p in bk])) for bk in buckets),
                                 batch_size=b, workers=n, staleness=None if r < 0 else r))
     return curves
+
+
+def _cell(row: dict, col: str, where: tuple[str, int], default: float | None = None, *, lo: float = 0.0,
+          strict: bool = False) -> float:
+    """The number in ``row[col]`` (``default`` when empty), at least ``lo`` (above it if ``strict``)."""
+    file, line = where
+    text = (row.get(col) or "").strip()
+    if not text:
+        if default is None:
+            raise InputError("expected a number, got an empty value", file=file, line=line, column=col)
+        return default
+    try:
+        v = float(text)
+    except ValueError:
+        raise InputError(f"expected a number, got {text!r}", file=file, line=line, column=col) from None
+    if not math.isfinite(v) or v < lo or (strict and v == lo):
+        raise InputError(f"expected a number {'>' if strict else '>='} {lo:g}, got {text!r}", file=file, line=line,
+                         column=col)
+    return v

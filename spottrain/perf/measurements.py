@@ -157,10 +157,11 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
                        tensor_count=tensors, line=line, extra=extra)
 
 
-def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurement]:
-    """Read and validate a measurement table (``query=True``: throughput may be empty).
+def read_table(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """A user CSV: its header (names stripped) and its non-blank rows with their line numbers.
 
-    Errors name the file, line and column: ``m.csv, line 7, column cluster: unknown GPU 'V10'``.
+    Lines starting with ``#`` are comments. Raises :class:`InputError` naming the file when it is
+    missing.
     """
     path = Path(path)
     if not path.is_file():
@@ -168,18 +169,25 @@ def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurem
     with path.open(newline="") as fh:
         reader = csv.DictReader(line for line in fh if not line.lstrip().startswith("#"))
         header = [h.strip() for h in (reader.fieldnames or [])]
-        required = [c for c in REQUIRED_COLUMNS if not (query and c == "throughput")]
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise InputError(f"missing required column(s) {', '.join(missing)}; a measurement table has columns "
-                             f"{', '.join(REQUIRED_COLUMNS)} [+ {', '.join(OPTIONAL_COLUMNS)}]",
-                             file=str(path), line=1, column=missing[0])
         reader.fieldnames = header
-        rows = []
-        for i, row in enumerate(reader, start=2):
-            if not any((v or "").strip() for k, v in row.items() if k is not None):
-                continue
-            rows.append(parse_row(row, file=str(path), line=i, query=query))
+        rows = [(i, row) for i, row in enumerate(reader, start=2)
+                if any((v or "").strip() for k, v in row.items() if k is not None)]
+    return header, rows
+
+
+def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurement]:
+    """Read and validate a measurement table (``query=True``: throughput may be empty).
+
+    Errors name the file, line and column: ``m.csv, line 7, column cluster: unknown GPU 'V10'``.
+    """
+    header, table = read_table(path)
+    required = [c for c in REQUIRED_COLUMNS if not (query and c == "throughput")]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputError(f"missing required column(s) {', '.join(missing)}; a measurement table has columns "
+                         f"{', '.join(REQUIRED_COLUMNS)} [+ {', '.join(OPTIONAL_COLUMNS)}]",
+                         file=str(path), line=1, column=missing[0])
+    rows = [parse_row(row, file=str(path), line=i, query=query) for i, row in table]
     if not rows:
         raise InputError("the table has no data rows", file=str(path))
     return rows
