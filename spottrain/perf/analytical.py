@@ -164,10 +164,10 @@ class Encoded:
     midx: np.ndarray  # (R,) model-effect index (-1 = unseen)
     pix: np.ndarray  # (R,) decoded image elements per sample (0 = no host image pipeline)
     iidx: np.ndarray  # (R, K) GPU x model interaction index (-1 = unseen)
-    ps_bshare: np.ndarray | None = None  # (R,) largest share of the bytes on one server (NaN = layout unknown)
-    ps_tshare: np.ndarray | None = None  # (R,) largest share of the tensors on one server (NaN = layout unknown)
-    lidx: np.ndarray | None = None  # (R, K) node-interconnect effect index (-1 = unseen)
-    pidx: np.ndarray | None = None  # (R,) index into e_m of the model's mixed-precision effect (-1 = none)
+    ps_bshare: np.ndarray  # (R,) largest share of the bytes on one server (NaN = layout unknown)
+    ps_tshare: np.ndarray  # (R,) largest share of the tensors on one server (NaN = layout unknown)
+    lidx: np.ndarray  # (R, K) node-interconnect effect index (-1 = unseen)
+    pidx: np.ndarray  # (R,) index into e_m of the model's mixed-precision effect (-1 = none)
 
 
 @dataclass
@@ -180,7 +180,7 @@ class DeviceTable:
     log_ptf: np.ndarray
     log_bw: np.ndarray
     link_gbs: np.ndarray
-    pcie_gbs: np.ndarray | None = None  # host link per direction: the floor of the intra-node path
+    pcie_gbs: np.ndarray  # host link per direction: the floor of the intra-node path
 
 
 def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray, q: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -250,7 +250,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     work = enc.b * enc.flops  # FLOPs per GPU per step
     ge = np.where(enc.gidx >= 0, e_g[np.maximum(enc.gidx, 0)] if e_g.size else 0.0, 0.0)
     me = np.where(enc.midx >= 0, e_m[np.maximum(enc.midx, 0)] if e_m.size else 0.0, 0.0)
-    if enc.pidx is not None and e_m.size:
+    if e_m.size:
         me = me + np.where(enc.pidx >= 0, e_m[np.maximum(enc.pidx, 0)], 0.0)
     ie = (np.where(enc.iidx >= 0, e_i[np.maximum(enc.iidx, 0)], 0.0)
           if e_i is not None and e_i.size else 0.0)
@@ -270,12 +270,10 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     # All-reduce payload: mixed-precision rows send between 2 (fp16 gradients) and 4 bytes per parameter.
     S_ar = enc.grad * np.where(enc.fp16, ar16_fraction(g["g16"]), 1.0)
     le = (np.where(enc.lidx >= 0, e_l[np.maximum(enc.lidx, 0)], 0.0)
-          if e_l is not None and e_l.size and enc.lidx is not None else 0.0)
+          if e_l is not None and e_l.size else 0.0)
     # However poorly a node uses its GPUs' link, the all-reduce can always be staged through host
     # memory: every byte crosses the GPU's PCIe link twice, a floor of PCIe / 2 (NCCL's SHM path).
-    raw = devs.link_gbs[d] * np.exp(le)
-    if devs.pcie_gbs is not None:
-        raw = np.maximum(raw, 0.5 * devs.pcie_gbs[d])
+    raw = np.maximum(devs.link_gbs[d] * np.exp(le), 0.5 * devs.pcie_gbs[d])
     link = raw * 1e9 * math.exp(g["log_link_eff"])
     G = enc.gpn
     t_intra = np.where(G > 1, 2.0 * (G - 1) / np.maximum(G, 1) * S_ar[:, None] / link, 0.0)
@@ -296,8 +294,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     k = np.maximum(enc.ps, 1).astype(float)
     # k servers divide the bytes at best by k: the split exponent stays in [0, 1].
     kb = min(max(g["kappa"], 0.0), 1.0)
-    bshare = k ** -kb if enc.ps_bshare is None else np.where(np.isnan(enc.ps_bshare), k ** -kb, enc.ps_bshare)
-    tshare = 1.0 / k if enc.ps_tshare is None else np.where(np.isnan(enc.ps_tshare), 1.0 / k, enc.ps_tshare)
+    bshare = np.where(np.isnan(enc.ps_bshare), k ** -kb, enc.ps_bshare)
+    tshare = np.where(np.isnan(enc.ps_tshare), 1.0 / k, enc.ps_tshare)
     D = (math.exp(g["log_ps_f"]) + math.exp(g["log_ps_t"]) * enc.ntens * tshare
          + 2.0 * enc.grad * bshare / (math.exp(g["log_bps"]) * 1e9))
     t_nic = 2.0 * S / net

@@ -102,6 +102,11 @@ class _Query:
                    network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count)
 
     @property
+    def ps_share(self) -> tuple[float, float] | None:
+        """Largest (bytes, tensors) shares on one parameter server, when the variable layout is known."""
+        return ps_load_share(self.model, self.ps, self.grad / 4.0) if self.ps > 0 else None
+
+    @property
     def n_tensors(self) -> float:
         if self.tensors:
             return float(self.tensors)
@@ -140,10 +145,9 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx, lidx=lidx,
                      pidx=np.array([model_effect.get(_prec_key(q.model, q.precision), -1) for q in queries]),
-                     pix=np.array([input_pixels(q.model) for q in queries], float))
-    shares = [ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None for q in queries]
-    enc.ps_bshare = np.array([s[0] if s else np.nan for s in shares], float)
-    enc.ps_tshare = np.array([s[1] if s else np.nan for s in shares], float)
+                     pix=np.array([input_pixels(q.model) for q in queries], float),
+                     ps_bshare=np.array([q.ps_share[0] if q.ps_share else np.nan for q in queries], float),
+                     ps_tshare=np.array([q.ps_share[1] if q.ps_share else np.nan for q in queries], float))
     return enc, resolved
 
 
@@ -224,7 +228,6 @@ class ThroughputModel:
         g_prior: dict[str, float] = {}
         m_prior: dict[str, float] = {}
         i_prior: dict[str, float] = {}
-        l_prior: dict[str, float] = {}
         if isinstance(self.prior, ThroughputModel):
             p = self.prior
             p._check()
@@ -238,9 +241,7 @@ class ThroughputModel:
             g_prior = dict(p.gpu_effects_)
             m_prior = dict(p.model_effects_)
             i_prior = dict(p.inter_effects_)
-            # Link effects are not passed on: they describe the hosts the prior was measured on
-            # (see fit_default_model), and a new table's GPUs start from their interconnect's spec.
-        return mean, sd, g_prior, m_prior, i_prior, l_prior
+        return mean, sd, g_prior, m_prior, i_prior
 
     def fit(self, measurements: list[Measurement]) -> "ThroughputModel":
         """Calibrate on measured rows (each needs ``throughput``); returns ``self``."""
@@ -253,7 +254,7 @@ class ThroughputModel:
             if m.throughput is None or not m.throughput > 0:
                 raise InputError("expected a throughput > 0", line=m.line, column="throughput")
         queries = [_Query.of(m) for m in rows]
-        mean, sd, g_prior, m_prior, i_prior, l_prior = self._prior_means()
+        mean, sd, g_prior, m_prior, i_prior = self._prior_means()
         gpu_keys = sorted({f"{device(g.gpu).name}/{q.precision}" for q in queries for g in q.cluster.groups})
         models = sorted({q.model for q in queries})
         # A model's mixed-precision effect: fp16 rows only, fp32 is the reference of the model effect.
@@ -272,7 +273,9 @@ class ThroughputModel:
         g0 = np.array([g_prior.get(k, 0.0) for k in gpu_keys])
         m0 = np.array([m_prior.get(k, 0.0) for k in model_keys])
         i0 = np.array([i_prior.get(k, 0.0) for k in inter_keys])
-        l0 = np.array([l_prior.get(k, 0.0) for k in link_keys])
+        # Link effects start at 0, whatever the prior: they describe the hosts a table was measured
+        # on (see fit_default_model), and a new table's GPUs start from their interconnect's spec.
+        l0 = np.zeros(len(link_keys))
         nI = len(inter_keys)
         nT, nG, nM = len(mean), len(gpu_keys), len(model_keys)
         s_obs = self.obs_sigma
@@ -294,7 +297,7 @@ class ThroughputModel:
         self.gpu_effects_ = dict(zip(gpu_keys, z[len(mean): len(mean) + nG]))
         self.model_effects_ = dict(zip(model_keys, z[nT + nG: nT + nG + nM]))
         self.inter_effects_ = {**i_prior, **dict(zip(inter_keys, z[nT + nG + nM: nT + nG + nM + nI]))}
-        self.link_effects_ = {**l_prior, **dict(zip(link_keys, z[nT + nG + nM + nI:]))}
+        self.link_effects_ = dict(zip(link_keys, z[nT + nG + nM + nI:]))
         self.gpu_effects_ = {**{k: v for k, v in g_prior.items() if k not in self.gpu_effects_}, **self.gpu_effects_}
         self.model_effects_ = {**{k: v for k, v in m_prior.items() if k not in self.model_effects_}, **self.model_effects_}
         self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
@@ -467,7 +470,7 @@ class ThroughputModel:
                                          model_effect=self.model_effects_.get(q.model, 0.0)
                                          + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
                                          pix=input_pixels(q.model),
-                                         ps_share=ps_load_share(q.model, q.ps, q.grad / 4.0) if q.ps > 0 else None)
+                                         ps_share=q.ps_share)
         notes = self._extrapolation(q)
         half = self.interval_log_
         if notes:
