@@ -286,12 +286,12 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
     series = []
     for c in curves:
         pts = [(s, v) for s, v in sorted(zip(c.steps, c.losses)) if math.isfinite(v)]
-        series.append(pts)
-        for k in range(2, len(pts) - 1):
-            (s0, v0), (s1, v1), (s2, v2) = pts[k - 1], pts[k], pts[k + 1]
-            drop = (v1 - v2) / max(v1, 1e-12)
-            before = max((v0 - v1) / max(v0, 1e-12), 0.0)
-            if drop >= min_drop and drop > 3 * before:
+        # (s1, s2, relative fall from s1 to s2, relative fall over the interval just before)
+        falls = [(s1, s2, (v1 - v2) / max(v1, 1e-12), (v0 - v1) / max(v0, 1e-12))
+                 for (_, v0), (s1, v1), (s2, v2) in zip(pts, pts[1:], pts[2:])]
+        series.append(falls)
+        for s1, s2, drop, before in falls[1:]:
+            if drop >= min_drop and drop > 3 * max(before, 0.0):
                 found.append((s1, s2))
     out: list[tuple[float, float]] = []
     for lo, hi in sorted(found):
@@ -301,15 +301,12 @@ def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> 
             out.append((lo, hi))
     narrowed = []
     for lo, hi in out:
-        for pts in series:
-            falls = []
-            for (s0, v0), (s1, v1), (s2, v2) in zip(pts, pts[1:], pts[2:]):
-                drop = (v1 - v2) / max(v1, 1e-12)
-                if s1 < hi and s2 > lo and drop >= min_drop / 2 and drop > (v0 - v1) / max(v0, 1e-12):
-                    falls.append((drop, s1, s2))
-            if not falls:
+        for falls in series:
+            near = [(drop, s1, s2) for s1, s2, drop, before in falls
+                    if s1 < hi and s2 > lo and drop >= min_drop / 2 and drop > before]
+            if not near:
                 continue
-            _, s1, s2 = max(falls)
+            _, s1, s2 = max(near)
             if max(lo, s1) < min(hi, s2):
                 lo, hi = max(lo, s1), min(hi, s2)
         narrowed.append((lo, hi))
@@ -362,10 +359,6 @@ def curves_from_rows(rows: list[dict], *, average: bool = True) -> dict[int, Los
                            losses=tuple(float(np.mean([p[1] for p in by[k]])) for k in keys),
                            batch_size=bs[n], workers=n)
     return out
-
-
-CURVE_COLUMNS = ("step", "loss | error | accuracy")
-"""Required columns of a loss-curve table (one of the three value columns)."""
 
 
 def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve]:
