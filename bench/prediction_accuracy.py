@@ -95,6 +95,14 @@ def report(name, n, ours, base_lin=math.nan, base_peak=math.nan, goal="", extra=
     print(f"{name:58s} {n:5d} {ours:7.1f} {base_lin:9.1f} {base_peak:9.1f}  {goal:8s} {extra}", flush=True)
 
 
+def held_out_groups(rows, key, test_filter, whole_group=False):
+    """(group, training rows, held-out rows) for each group of the rows ``test_filter`` selects."""
+    for g in sorted({key(m) for m in rows if test_filter(m)}):
+        test = [m for m in rows if key(m) == g and test_filter(m)]
+        train = [m for m in rows if key(m) != g] if whole_group else [m for m in rows if not (key(m) == g and test_filter(m))]
+        yield g, train, test
+
+
 def leave_groups_out(rows, key, test_filter, prior="physics", whole_group=False):
     """For each group, train on every row outside the group's test rows, predict them.
 
@@ -102,11 +110,8 @@ def leave_groups_out(rows, key, test_filter, prior="physics", whole_group=False)
     group's other rows (its 1-worker or 1-PS measurements) stay in training. ``prior`` may be a
     function of the group, so that a prior never contains the held-out GPU.
     """
-    groups = sorted({key(m) for m in rows if test_filter(m)})
     pred, lin, peak, ys = [], [], [], []
-    for g in groups:
-        test = [m for m in rows if key(m) == g and test_filter(m)]
-        train = [m for m in rows if key(m) != g] if whole_group else [m for m in rows if not (key(m) == g and test_filter(m))]
+    for g, train, test in held_out_groups(rows, key, test_filter, whole_group):
         model = fit(train, prior(g) if callable(prior) else prior)
         pred.extend(predict(model, test)); lin.extend(linear_baseline(train, test)); peak.extend(peak_baseline(train, test))
         ys.extend(obs(test))
@@ -215,10 +220,8 @@ def main() -> None:
                 ("2 PS, CM-DARE+transient-dl", tf_rows, key, lambda m: m.ps == 2, lam_prior),
                 ("intra-node, Lambda", lam, lambda m: (gpu_of(m), m.precision, m.model), lambda m: not single(m), "physics")):
             hit, n, ratio = 0, 0, []
-            for g in sorted({kf(m) for m in rows if tf(m)}):
-                test = [m for m in rows if kf(m) == g and tf(m)]
-                model = ThroughputModel(prior=pr, folds=5, correction="none").fit(
-                    [m for m in rows if not (kf(m) == g and tf(m))])
+            for _g, train, test in held_out_groups(rows, kf, tf):
+                model = ThroughputModel(prior=pr, folds=5, correction="none").fit(train)
                 for m, p in zip(test, model.predict(test, warn=False)):
                     hit += p.low <= m.throughput <= p.high
                     n += 1
