@@ -88,3 +88,20 @@ def test_transience_cost_fields_and_bounds():
         8 * 3600.0 + out["expected_lost_work_s"] + out["expected_restart_s"] + out["expected_checkpoint_s"])
     # mean restarts per revocation cannot exceed the fixed restart time by much (overlaps only shorten)
     assert out["expected_restart_s"] <= 300.0 * out["expected_revocations"] + 1e-6
+
+
+def test_expected_checkpoints_closed_form_matches_the_direct_sum_for_short_segments():
+    """Segments shorter than a grid cell are summed in closed form (Euler-Maclaurin): it must agree
+    with the term-by-term sum (millions of terms) on a law with infinite hazard at 0 and 16 nodes."""
+    from spottrain.transience.checkpoint import _cycle_terms, _expected_checkpoints
+
+    rng = np.random.default_rng(3)
+    m = WeibullLifetime().fit(3 * 3600.0 * rng.weibull(0.6, 4000))
+    for nodes in (1, 16):
+        grid, sc, cum = _cycle_terms(m, nodes, "node")
+        dt = grid[1] - grid[0]
+        for seg in (dt / 40, dt / 3, dt * 0.99):
+            n = int(grid[-1] / seg)
+            assert n > len(grid)  # the closed-form branch
+            direct = float(np.interp(np.arange(1, n + 1) * seg, grid, sc, right=0.0).sum())
+            assert _expected_checkpoints(seg, grid, sc, cum) == pytest.approx(direct, rel=1e-4)
