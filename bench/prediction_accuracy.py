@@ -21,7 +21,8 @@ import warnings
 import numpy as np
 
 from spottrain.perf import ThroughputModel, Workload, load_shipped, predict_throughput
-from spottrain.perf.convergence import ConvergenceModel, curve_sets, curves_from_rows, load_accuracy_curves
+from spottrain.perf.convergence import (ConvergenceModel, curve_sets, curves_from_rows, first_crossing,
+                                       load_accuracy_curves)
 from spottrain.perf.hardware import device
 from spottrain.perf.validation import cross_validate, mape
 
@@ -216,12 +217,12 @@ def main() -> None:
     spot1 = ConvergenceModel().fit([curves[1]])
     for n in sorted(set(curves) - {1}):
         for target in (0.20, 0.15, 0.12):
-            meas = _steps_to(curves[n], target)
+            meas = first_crossing(curves[n], target)
             if meas is None:
                 continue
             errs.append(abs(ours1.steps_to_target(target, batch_size_global=128, workers=n) - meas) / meas * 100)
             spot.append(abs(spot1.steps_to_target(target, batch_size_global=128, workers=n) - meas) / meas * 100)
-            base.append(abs((_steps_to(curves[1], target) or math.nan) - meas) / meas * 100)
+            base.append(abs((first_crossing(curves[1], target) or math.nan) - meas) / meas * 100)
     report("steps to target from the 1-worker curve alone (2/4/8 workers)", len(errs), float(np.mean(errs)),
            float(np.nanmean(base)), math.nan, "-",
            f"baseline: the 1-worker curve's steps; spotDNN's loss model: {np.mean(spot):.1f}")
@@ -239,6 +240,37 @@ def main() -> None:
     report("steps to target, leave one worker count out (1/2 PS, K80/V100 sets)", len(errs), float(np.mean(errs)),
            float(np.nanmean(base)), math.nan, "-",
            f"baseline: steps of the nearest worker count's curve; spotDNN's loss model: {np.mean(spot):.1f}")
+
+    # 8b'. Coverage of the ~90 % steps intervals (`steps_interval`) on the held-out worker counts of
+    #      rows 8 and 8b (each model calibrated by leave-one-count-out on its own training curves),
+    #      and on the 1-worker-curve case of row 8a' (the shipped default width).
+    sets = [curves, *curve_sets(load_accuracy_curves("1ps_vs_2ps")).values()]
+    hit, n, ratio = 0, 0, []
+    for cs in sets:
+        for n_out in sorted(cs):
+            model = ConvergenceModel(lr_boundaries="auto", form="staleness").fit([c for k, c in cs.items() if k != n_out])
+            for target in (0.20, 0.15, 0.12):
+                meas = first_crossing(cs[n_out], target)
+                if meas is not None:
+                    lo, hi = model.steps_interval(target, batch_size_global=128, workers=n_out)
+                    hit += lo <= meas <= hi
+                    n += 1
+                    ratio.append(hi / lo)
+    report("90 % steps interval coverage, held-out worker counts (rows 8, 8b)", n, 100.0 * hit / n, math.nan,
+           math.nan, "~90", f"median width high/low {statistics.median(ratio):.2f} (the 'ours' column is % covered)")
+    hit, n = 0, 0
+    for cs in sets:
+        n0 = min(cs)
+        model = ConvergenceModel(lr_boundaries="auto", form="staleness").fit([cs[n0]])
+        for k, c in cs.items():
+            for target in (0.20, 0.15, 0.12):
+                meas = first_crossing(c, target) if k != n0 else None
+                if meas is not None:
+                    lo, hi = model.steps_interval(target, batch_size_global=128, workers=k)
+                    hit += lo <= meas <= hi
+                    n += 1
+    report("90 % steps interval coverage, one curve (fewest workers) -> others", n, 100.0 * hit / n, math.nan,
+           math.nan, "~90", "default width x/2.2 (DEFAULT_STEPS_LOG_Q90); the 'ours' column is % covered")
 
     # 8c. Calibration of the ~90 % intervals on held-out rows: each held-out series is predicted by
     #     a model fitted with its internal 5-fold cross-validation (as `spottrain predict
@@ -291,12 +323,12 @@ def _steps_errors(curves, reference, targets=(0.20, 0.15, 0.12)):
         spotdnn = ConvergenceModel().fit(train)
         ref = reference(n_out)
         for target in targets:
-            meas = _steps_to(curves[n_out], target)
+            meas = first_crossing(curves[n_out], target)
             if meas is None:
                 continue
             errs.append(abs(ours.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
             spot.append(abs(spotdnn.steps_to_target(target, batch_size_global=128, workers=n_out) - meas) / meas * 100)
-            base.append(abs((_steps_to(ref, target) or math.nan) - meas) / meas * 100)
+            base.append(abs((first_crossing(ref, target) or math.nan) - meas) / meas * 100)
     return errs, spot, base
 
 
@@ -312,14 +344,14 @@ def _bootstrap_steps_noise(rows, curves, targets=(0.20, 0.15, 0.12), draws=200, 
     for n, by_run in sorted(runs.items()):
         names = sorted(by_run)
         for target in targets:
-            meas = _steps_to(curves[n], target)
+            meas = first_crossing(curves[n], target)
             if meas is None:
                 continue
             devs = []
             for _ in range(draws):
                 pick = rng.choice(len(names), size=len(names), replace=True)
                 sample = [dict(r, curve=f"{k}") for k, i in enumerate(pick) for r in by_run[names[i]]]
-                s = _steps_to(curves_from_rows(sample)[n], target)
+                s = first_crossing(curves_from_rows(sample)[n], target)
                 if s is not None:
                     devs.append(abs(s - meas) / meas * 100)
             out.append(float(np.mean(devs)))
@@ -333,20 +365,12 @@ def _steps_in_sample(curves, targets=(0.20, 0.15, 0.12)):
     for n, c in sorted(curves.items()):
         own = ConvergenceModel(lr_boundaries="auto", form="staleness").fit([c])
         for target in targets:
-            meas = _steps_to(c, target)
+            meas = first_crossing(c, target)
             if meas is None:
                 continue
             joint.append(abs(both.steps_to_target(target, batch_size_global=128, workers=n) - meas) / meas * 100)
             alone.append(abs(own.steps_to_target(target, batch_size_global=128, workers=n) - meas) / meas * 100)
     return joint, alone
-
-
-def _steps_to(curve, target):
-    pts = list(zip(curve.steps, curve.losses))
-    for (s0, l0), (s1, l1) in zip(pts, pts[1:]):
-        if l0 > target >= l1:
-            return s0 + (l0 - target) / (l0 - l1) * (s1 - s0)
-    return None
 
 
 if __name__ == "__main__":

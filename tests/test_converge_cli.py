@@ -6,7 +6,8 @@ import json
 import pytest
 
 from spottrain.cli.main import main
-from spottrain.perf.convergence import ConvergenceModel, curves_from_rows, load_accuracy_curves, read_loss_curves
+from spottrain.perf.convergence import (ConvergenceModel, curves_from_rows, first_crossing, load_accuracy_curves,
+                                       read_loss_curves)
 
 
 def run(capsys, *args):
@@ -24,12 +25,6 @@ def _write_real_curves(path, workers):
         for r in load_accuracy_curves():
             if int(r["workers"]) in workers:
                 w.writerow([r["curve"], r["workers"], r["batch_size"], r["step"], r["accuracy"]])
-
-
-def _measured_steps(curve, target):
-    pts = list(zip(curve.steps, curve.losses))
-    return next(s0 + (l0 - target) / (l0 - l1) * (s1 - s0) for (s0, l0), (s1, l1) in zip(pts, pts[1:])
-                if l0 > target >= l1)
 
 
 def test_reader_pools_runs_like_the_shipped_curves(tmp_path):
@@ -51,8 +46,12 @@ def test_held_out_worker_count_from_the_cli_is_the_library_answer_and_near_the_m
     lib = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(read_loss_curves(path))
     assert pred["steps"] == pytest.approx(lib.steps_to_target(0.15, batch_size_global=128, workers=8))
     assert pred["samples"] == pytest.approx(pred["steps"] * 128)
-    measured = _measured_steps(curves_from_rows(load_accuracy_curves())[8], 0.15)  # never seen by the fit
+    measured = first_crossing(curves_from_rows(load_accuracy_curves())[8], 0.15)  # never seen by the fit
     assert abs(pred["steps"] - measured) / measured < 0.15
+    # the ~90 % interval: calibrated on the fit's own held-out worker counts (1, 2, 4), and holding the measurement
+    assert pred["steps_low"] < pred["steps"] < pred["steps_high"]
+    assert pred["steps_low"] <= measured <= pred["steps_high"]
+    assert json.loads(out)["steps_log_error_q90"] == pytest.approx(lib.steps_log_error_q90())
 
 
 def test_sync_counts_the_global_batch_and_no_staleness(tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from spottrain.errors import InputError, NotFittedError
@@ -172,3 +173,56 @@ def test_curve_sets_split_the_shipped_experiments():
     # the default load is the one set the model's defaults were fitted on, unchanged
     assert {n: c.losses for n, c in curves_from_rows(default).items()} == \
         {n: c.losses for n, c in sets[("k80_on_demand", "K80", 1)].items()}
+
+
+def _shipped_sets():
+    from spottrain.perf.convergence import curve_sets
+
+    return [curves_from_rows(load_accuracy_curves()), *curve_sets(load_accuracy_curves("1ps_vs_2ps")).values()]
+
+
+def test_default_steps_interval_width_is_what_the_shipped_curves_give():
+    """DEFAULT_STEPS_LOG_Q90 is the 90th percentile of |log(pred / measured)| when the fewest-worker
+    curve of each shipped set predicts the other counts' steps to their calibration targets."""
+    from spottrain.perf.convergence import DEFAULT_STEPS_LOG_Q90, calibration_targets, first_crossing
+
+    errs = []
+    for cs in _shipped_sets():
+        n0 = min(cs)
+        m = ConvergenceModel(lr_boundaries="auto", form="staleness").fit([cs[n0]])
+        for n, c in cs.items():
+            for t in calibration_targets(c) if n != n0 else ():
+                meas = first_crossing(c, t)
+                if meas is not None:
+                    errs.append(abs(math.log(m.steps_to_target(t, batch_size_global=128, workers=n) / meas)))
+    assert len(errs) > 100
+    assert float(np.quantile(errs, 0.9)) == pytest.approx(DEFAULT_STEPS_LOG_Q90, abs=0.01)
+
+
+def test_steps_interval_is_calibrated_on_held_out_worker_counts_and_holds_them():
+    from spottrain.perf.convergence import DEFAULT_STEPS_LOG_Q90, first_crossing, held_out_log_errors
+
+    curves = curves_from_rows(load_accuracy_curves())
+    one = ConvergenceModel(batch_size=128, lr_boundaries="auto", form="staleness").fit([curves[1]])
+    assert one.steps_log_error_q90() == DEFAULT_STEPS_LOG_Q90  # one worker count: nothing to hold out
+    hit = n = 0
+    for n_out in curves:
+        train = [c for k, c in curves.items() if k != n_out]
+        m = ConvergenceModel(lr_boundaries="auto", form="staleness").fit(train)
+        errs = held_out_log_errors(train, m.get_params())
+        assert m.steps_log_error_q90() == pytest.approx(float(np.quantile(errs, 0.9)))
+        assert m.steps_log_error_q90() < DEFAULT_STEPS_LOG_Q90  # three counts pin the worker dependence down
+        for t in (0.2, 0.15, 0.12):
+            meas = first_crossing(curves[n_out], t)
+            if meas is None:
+                continue
+            lo, hi = m.steps_interval(t, batch_size_global=128, workers=n_out)
+            assert lo < m.steps_to_target(t, batch_size_global=128, workers=n_out) < hi
+            hit += lo <= meas <= hi
+            n += 1
+    assert n == 12 and hit >= 10  # a ~90 % interval on counts the model never saw
+
+
+def test_steps_interval_of_an_unreachable_target_is_unreachable():
+    m = ConvergenceModel(batch_size=16).fit([[s, 2.0 / (s + 10) + 0.1] for s in range(0, 500, 10)])
+    assert m.steps_interval(0.05, batch_size_global=16) == (math.inf, math.inf)

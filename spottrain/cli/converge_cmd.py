@@ -82,12 +82,17 @@ def converge(
             else:
                 steps = model.steps_to_target(t, batch_size_global=b, workers=n)
                 per_step = b
+            low, high = model.steps_interval(t, batch_size_global=per_step if sync == "sync" else b, workers=n,
+                                             staleness=0.0 if sync == "sync" else None)
             out.append({"target_loss": t, "workers": n, "batch_size": b, "sync": sync,
                         "steps": None if math.isinf(steps) else steps,
+                        "steps_low": None if math.isinf(low) else low,
+                        "steps_high": None if math.isinf(high) else high,
                         "samples": None if math.isinf(steps) else steps * per_step,
                         "at_lr_drop": any(abs(steps - lo) < 1e-6 for lo in model.lr_boundaries_),
                         "extrapolated": n in far})
     fitted = {"lr_boundaries": list(model.lr_boundaries_), "residual_std": model.residual_std_,
+              "steps_log_error_q90": model.steps_log_error_q90(),
               "phases": [{"start_step": lo, "coef": dict(zip(("g1", "g2", "g3", "g4", "g5", "g6"), c))}
                          for lo, c in model.phases_]}
     if as_json:
@@ -98,13 +103,19 @@ def converge(
     t = Table(box=box.SIMPLE_HEAD, title=f"steps to target ({form} form, {sync}; LR drops at {bound_text}; "
                                          f"fit residual {model.residual_std_:.3g})",
               caption=f"fitted on {where}")
-    for c in ("target", "workers", "batch/worker", "global steps", "samples", "note"):
+    q = model.steps_log_error_q90()
+    how = ("its own errors on held-out worker counts" if len(fitted_n) >= 3
+           else "the shipped curves' errors from one worker count (give curves of 3+ counts to calibrate it)")
+    t.caption += f"\n~90 % interval: x/{math.exp(q):.2f}, from {how}"
+    for c in ("target", "workers", "batch/worker", "global steps", "~90 % interval", "samples", "note"):
         t.add_column(c, justify="left" if c == "note" else "right")
     for r in out:
         reach = r["steps"] is not None
         note = ("reached by the LR drop" if r["at_lr_drop"] else "") + (" (extrapolated)" if r["extrapolated"] else "")
         t.add_row(f"{r['target_loss']:g}", str(r["workers"]), f"{r['batch_size']:g}",
-                  f"{r['steps']:,.0f}" if reach else "not reached", f"{r['samples']:,.0f}" if reach else "-", note.strip())
+                  f"{r['steps']:,.0f}" if reach else "not reached",
+                  f"{r['steps_low']:,.0f} - {r['steps_high']:,.0f}" if reach else "-",
+                  f"{r['samples']:,.0f}" if reach else "-", note.strip())
     Console().print(t)
 
 
