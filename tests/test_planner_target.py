@@ -135,3 +135,24 @@ def test_profile_without_curve_and_unreachable_target(tmp_path, profile):
     r = run("--profile", str(path), "--samples", "1M", "--critical-batch", "512", "--deadline", "8h")
     assert r.returncode == 2 and "--critical-batch" in r.stderr
     assert math.isfinite(target_loss_work(prof.loss_curve, 0.2, 128).samples(1, 1, "sync")[0])
+
+
+def test_async_target_loss_carries_the_steps_uncertainty_into_the_deadline_odds(profile):
+    """Steps for more async workers than the profiled curve's are an extrapolation with a calibrated
+    spread (the convergence model's steps interval): the columns' time quantile includes it."""
+    from spottrain.planner import risk
+
+    prof, _ = profile
+    rule = target_loss_work(prof.loss_curve, TARGET, 128)
+    n = np.arange(1, 9)
+    sd = rule.log_sd(n, n, "async")
+    assert sd[0] == 0.0 and (sd[1:] == pytest.approx(rule.model.steps_log_error_q90() / risk.Z90))
+    assert (rule.log_sd(n, n, "sync") == 0.0).all()
+    ctx = prepare(Workload.from_profile(prof), samples=1.0, deadline_s=3600.0, gpus=["V100"], max_nodes=8,
+                  work_rule=rule, sync="async", ps=1, spot=False)
+    cols = ctx.cols
+    plain = risk.assess(cols.work, cols.thr, cols.low, cols.high, cols.rate, cols.stall_mean_s, cols.stall_sd_s,
+                        ctx.job.checkpoint_s, deadline_s=3600.0, confidence=ctx.job.confidence)
+    one = cols.n == 1
+    assert cols.time_q_s[one] == pytest.approx(plain.time_q_s[one])
+    assert (cols.time_q_s[~one] > plain.time_q_s[~one] * 1.05).all()

@@ -180,6 +180,7 @@ class ConvergenceModel:
         self.phases_ = tuple((lo, tuple(float(v) for v in c)) for lo, c in phases)
         self.coef_ = self.phases_[0][1]
         self.n_points_ = sum(len(c.steps) for c in cs)
+        self.worker_counts_ = tuple(sorted({c.workers for c in cs}))
         self._curves_fitted = tuple(cs)
         self._log_q90: float | None = None
         res = [v - self.loss_at(s, batch_size_global=c.batch_size, workers=c.workers, staleness=c.R)

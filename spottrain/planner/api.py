@@ -129,7 +129,7 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
     a = risk.assess(job.work(nodes, gpus), np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
                     np.array([smean]), np.array([sd]), job.checkpoint_s, deadline_s=job.deadline_s,
-                    confidence=job.confidence)
+                    confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
@@ -327,7 +327,8 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         for shape in sorted({ctx.cands[i].shape for i in members}):
             gpu, g, net = shape
             thr, lo, hi, _ = _deps.throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
-            a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s)
+            a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
+                            work_log_sd=job.work_log_sd(n, n * g))
             e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
             out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
         return out

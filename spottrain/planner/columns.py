@@ -43,6 +43,12 @@ class Job:
             return np.full(np.shape(np.atleast_1d(nodes)), self.samples)
         return self.work_rule.samples(nodes, gpus, self.sync)
 
+    def work_log_sd(self, nodes, gpus) -> np.ndarray:
+        """Log-sd of that work: 0 for a fixed sample count, the convergence model's for a target loss."""
+        if self.work_rule is None:
+            return np.zeros(np.shape(np.atleast_1d(nodes)))
+        return self.work_rule.log_sd(nodes, gpus, self.sync)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Columns:
@@ -104,7 +110,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     kind_m = np.zeros(len(keys), dtype=int)
     if len(cands):
         np.maximum.at(kind_m, kind_of, limits)
-    thr, lo, hi, bott, rate, smean, ssd, kn, work = [], [], [], [], [], [], [], [], []
+    thr, lo, hi, bott, rate, smean, ssd, kn, work, work_sd = [], [], [], [], [], [], [], [], [], []
     for (cloud, gpu, g, net, spot), k in keys.items():
         m = int(kind_m[k])
         if m < 1:
@@ -117,6 +123,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         bott.extend(b[:m])
         kn.append(n)
         work.append(job.work(n, n * g))
+        work_sd.append(job.work_log_sd(n, n * g))
         if spot:
             rev = _deps.revocation(cloud, gpu)
             rate.append(n * rev.rate_per_s)
@@ -130,7 +137,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     offset = np.concatenate([[0], np.cumsum(np.maximum(kind_m, 0))])
     thr_k, rate_k = cat(thr), cat(rate)
     a = risk.assess(cat(work), thr_k, cat(lo), cat(hi), rate_k, cat(smean), cat(ssd), job.checkpoint_s,
-                    deadline_s=job.deadline_s, confidence=job.confidence)
+                    deadline_s=job.deadline_s, confidence=job.confidence, work_log_sd=cat(work_sd))
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
     g = cat(pos).astype(int)

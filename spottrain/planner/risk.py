@@ -5,6 +5,9 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
 - Compute time. ``T0 = W / X`` for ``W`` samples at the performance model's median throughput
   ``X``. The perf model's interval ``[low, high]`` is read as a 90% interval of a lognormal, so
   ``sigma = ln(high / low) / (2 * 1.645)`` and ``T0 = W / X * exp(sigma * Z)``, ``Z ~ N(0, 1)``.
+  With a target loss the work ``W`` is a prediction too (the convergence model's steps): its
+  log-sd ``sigma_W``, independent of the throughput's, adds in quadrature,
+  ``sigma = sqrt(sigma_X^2 + sigma_W^2)``.
 - Checkpoints. Cost ``c`` seconds per checkpoint (size / write bandwidth), interval ``tau`` at
   the Young/Daly optimum ``sqrt(2 c / Lambda)`` for the cluster revocation rate ``Lambda`` =
   sum over spot nodes of 1 / mean lifetime (transience models). Overhead factor ``1 + c / tau``.
@@ -91,13 +94,15 @@ def assess(
     deadline_s: float | None = None,
     confidence: float = 0.95,
     launch_s: float = LAUNCH_S,
+    work_log_sd: float | np.ndarray = 0.0,
 ) -> Assessment:
     """Assess clusters: see the module docstring for the model. ``work`` (samples) may differ per
-    cluster (a target loss); ``inf`` = never reaches it."""
+    cluster (a target loss; ``inf`` = never reaches it), and be uncertain (``work_log_sd``)."""
     thr = np.asarray(thr, dtype=float)
     work = np.asarray(work, dtype=float)
     rate = np.maximum(np.asarray(rate, dtype=float), 0.0)
-    sigma = sigma_from_interval(thr, np.asarray(low, float), np.asarray(high, float))
+    sigma = np.hypot(sigma_from_interval(thr, np.asarray(low, float), np.asarray(high, float)),
+                     np.asarray(work_log_sd, float))
     stall_mean_s = np.asarray(stall_mean_s, float)
     stall_sd_s = np.asarray(stall_sd_s, float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

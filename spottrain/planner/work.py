@@ -59,6 +59,19 @@ class TargetLoss:
             out[k] = hit
         return out
 
+    def log_sd(self, nodes: np.ndarray, gpus: np.ndarray, sync: str) -> np.ndarray:
+        """Log-sd of :meth:`samples`: the convergence model's ~90 % steps interval read as a lognormal
+        (``steps_log_error_q90 / 1.645``) for asynchronous clusters of more nodes than the curve's
+        (the staleness extrapolation, where the steps are uncertain); 0 otherwise (one node repeats
+        the profiled run; a synchronous cluster keeps the steps of the profiled batch, the
+        conservative end of the batch-size rule)."""
+        nodes = np.atleast_1d(np.asarray(nodes, dtype=float))
+        if sync != "async":
+            return np.zeros(nodes.shape)
+        from spottrain.planner.risk import Z90
+
+        return np.where(nodes > max(self.model.worker_counts_), self.model.steps_log_error_q90() / Z90, 0.0)
+
     def _one(self, nodes: int, gpus: int, sync: str) -> float:
         b = float(self.batch_size)
         if sync == "async":
