@@ -105,3 +105,21 @@ def test_pareto_front_spans_markets_and_mixes_and_is_not_dominated_by_any_column
     labels = " | ".join(p["label"] for p in pts)
     assert "spot" in labels and "on-demand" in labels
     assert any(" + " in p["label"] for p in pts), "mixes (spot + on-demand, several types) join the front"
+
+
+def test_front_indices_keeps_exactly_the_non_dominated_points():
+    from spottrain.planner.pareto import front_indices
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(1, 200))
+        t = rng.integers(0, 15, n).astype(float)
+        c = rng.integers(0, 15, n).astype(float)
+        t[rng.random(n) < 0.2] = np.inf  # clusters that never finish
+        keep = front_indices(t, c)
+        assert list(keep) == sorted(keep, key=lambda j: (t[j], c[j]))  # ordered by time
+        kept = {(t[j], c[j]) for j in keep}
+        assert len(kept) == len(keep)  # one point per (time, cost)
+        for j in range(n):
+            dominated = np.any((t <= t[j]) & (c <= c[j]) & ((t < t[j]) | (c < c[j])))
+            assert ((t[j], c[j]) in kept) == (np.isfinite(t[j]) and not dominated)

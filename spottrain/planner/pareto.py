@@ -24,12 +24,10 @@ SWEEP_TIME_LIMIT_S = 0.1
 def front_indices(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """Indices of the non-dominated points (minimize both), ordered by time."""
     order = np.lexsort((cost, time_s))
-    keep, best = [], np.inf
-    for j in order:
-        if np.isfinite(time_s[j]) and cost[j] < best:
-            keep.append(j)
-            best = cost[j]
-    return np.array(keep, dtype=int)
+    finite = np.isfinite(np.asarray(time_s, float)[order])
+    c = np.where(finite, np.asarray(cost, float)[order], np.inf)
+    best_before = np.minimum.accumulate(np.concatenate(([np.inf], c[:-1])))  # cheapest faster-or-equal point
+    return order[finite & (c < best_before)].astype(int)
 
 
 def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,

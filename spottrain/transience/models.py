@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special
 
 from spottrain.errors import InputError, NotFittedError
 
@@ -263,7 +263,7 @@ class KaplanMeier(LifetimeModel):
         self._check()
         alpha = self.alpha if alpha is None else alpha
         t = np.asarray(t, float)
-        z = stats.norm.ppf(1 - alpha / 2)
+        z = special.ndtri(1 - alpha / 2)
         s = self._km(t)
         idx = np.searchsorted(self.event_times_s_, t, side="right") - 1
         gw = (np.where(idx >= 0, self.greenwood_[np.maximum(idx, 0)], 0.0)
@@ -310,8 +310,9 @@ class ExponentialLifetime(LifetimeModel):
         self._check()
         t = np.asarray(t, float)
         k = max(self.n_events_, 0)
-        lo_rate = stats.chi2.ppf(alpha / 2, 2 * k) / (2 * self.exposure_s_) if k else 0.0
-        hi_rate = stats.chi2.ppf(1 - alpha / 2, 2 * k + 2) / (2 * self.exposure_s_)
+        # chi-square quantiles: chi2.ppf(q, df) = 2 * gammaincinv(df / 2, q) (scipy.stats costs ~0.7 s to import)
+        lo_rate = 2 * special.gammaincinv(k, alpha / 2) / (2 * self.exposure_s_) if k else 0.0
+        hi_rate = 2 * special.gammaincinv(k + 1, 1 - alpha / 2) / (2 * self.exposure_s_)
         lo, hi = np.exp(-hi_rate * t), np.exp(-lo_rate * t)
         if self.max_lifetime_s is not None:
             cap = t >= self.max_lifetime_s
