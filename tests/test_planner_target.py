@@ -156,3 +156,45 @@ def test_async_target_loss_carries_the_steps_uncertainty_into_the_deadline_odds(
     one = cols.n == 1
     assert cols.time_q_s[one] == pytest.approx(plain.time_q_s[one])
     assert (cols.time_q_s[~one] > plain.time_q_s[~one] * 1.05).all()
+
+
+def _past_runs_csv(path):
+    """The shipped transient-dl ResNet-32 runs (1/2/4/8 K80 workers) as a loss-curve CSV."""
+    with path.open("w") as fh:
+        fh.write("run,workers,batch_size,step,accuracy\n")
+        for r in load_accuracy_curves():
+            fh.write(f"{r['curve']},{r['workers']},{r['batch_size']},{r['step']},{r['accuracy']}\n")
+    return path
+
+
+def test_cli_plan_to_target_from_past_runs_curves(tmp_path):
+    """--curves: the convergence model is fitted on past runs of several worker counts (no profile
+    needed); measured counts carry no steps spread, others the model's own calibrated one."""
+    from spottrain.perf.convergence import DEFAULT_STEPS_LOG_Q90, read_loss_curves
+    from spottrain.planner import risk
+
+    path = _past_runs_csv(tmp_path / "runs.csv")
+    r = run("--model", "resnet32", "--batch-size", "128", "--target-loss", str(TARGET), "--curves", str(path),
+            "--sync", "async", "--deadline", "2h", "--no-baselines", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = Plan.from_dict(json.loads(r.stdout)["plan"])
+    rule = target_loss_work(read_loss_curves(path), TARGET, 128)
+    assert rule.model.worker_counts_ == (1, 2, 4, 8)
+    nodes = sum(g.count for g in plan.groups)
+    gpus = sum(g.count * g.gpus_per_node for g in plan.groups)
+    assert plan.workload.samples_total == pytest.approx(float(rule.samples(nodes, gpus, "async")[0]))
+    sd = rule.log_sd(np.array([1, 2, 3, 4, 6, 8, 16]), np.array([1, 2, 3, 4, 6, 8, 16]), "async")
+    q = rule.model.steps_log_error_q90()
+    assert q < DEFAULT_STEPS_LOG_Q90  # four worker counts calibrate a tighter spread than one curve's
+    assert list(sd) == pytest.approx([0, 0, q / risk.Z90, 0, q / risk.Z90, 0, q / risk.Z90])
+
+
+def test_curves_option_errors_are_one_line(tmp_path):
+    path = _past_runs_csv(tmp_path / "runs.csv")
+    r = run("--model", "resnet32", "--samples", "1M", "--curves", str(path), "--deadline", "1h")
+    assert r.returncode == 2 and "--curves only applies with --target-loss" in r.stderr
+    bad = tmp_path / "bad.csv"
+    bad.write_text("step,accuracy\n100,0.5\n200,oops\n")
+    r = run("--model", "resnet32", "--target-loss", "0.2", "--curves", str(bad), "--deadline", "1h")
+    assert r.returncode == 2 and "bad.csv" in r.stderr and "line 3" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -28,7 +28,8 @@ def register(app: typer.Typer) -> None:
         samples: Optional[str] = typer.Option(None, "--samples", help="Samples to train (e.g. 115M)."),
         epochs: Optional[float] = typer.Option(None, "--epochs", "--target-epochs", help="Epochs (with --dataset-size)."),
         dataset_size: Optional[str] = typer.Option(None, "--dataset-size", help="Samples per epoch (e.g. 1.28M)."),
-        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="Train until this loss (needs a profile with a loss curve)."),
+        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="Train until this loss (needs a profile with a loss curve, or --curves)."),
+        curves: Optional[Path] = typer.Option(None, "--curves", help="With --target-loss: past runs' loss-curve CSV (as `spottrain converge` reads) to fit the convergence model on, instead of the profile's curve."),
         critical_batch: Optional[str] = typer.Option(None, "--critical-batch", help="With --target-loss: gradient noise scale (samples) for the large-batch rule; default: samples grow with the global batch."),
         deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within (e.g. 8h): cheapest plan meeting it."),
         budget: Optional[str] = typer.Option(None, "--budget", help="Spend at most (USD): fastest plan within it."),
@@ -71,6 +72,8 @@ def register(app: typer.Typer) -> None:
         crit = parse_count(critical_batch, option="--critical-batch") if critical_batch is not None else None
         if crit is not None and target_loss is None:
             raise InputError("--critical-batch only applies with --target-loss")
+        if curves is not None and target_loss is None:
+            raise InputError("--curves only applies with --target-loss")
         if deadline_s is None and budget_usd is None:
             raise InputError("give --deadline (e.g. 8h) or --budget (e.g. 200)")
         if spot_only and on_demand_anchor:
@@ -102,8 +105,14 @@ def register(app: typer.Typer) -> None:
                 except Exception:
                     raise UnknownNameError("model", model, names) from None
             workload = _deps.workload_from_zoo(model, batch_size)
-        n_samples = _samples(samples, epochs, dataset_size, target_loss, prof, workload)
-        work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit}
+        loss_curves = None
+        if curves is not None:
+            from spottrain.perf.convergence import read_loss_curves
+
+            loss_curves = read_loss_curves(curves, batch_size=workload.batch_size)
+        n_samples = _samples(samples, epochs, dataset_size, target_loss, prof, workload, loss_curves)
+        work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit,
+                                                                   "loss_curves": loss_curves}
         catalog = _deps.load_catalog(str(catalog_path)) if catalog_path else None
         from rich.console import Console
 
@@ -149,7 +158,7 @@ def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_deman
                       progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> float:
+def _samples(samples, epochs, dataset_size, target_loss, prof, workload, loss_curves=None) -> float:
     from spottrain.units import parse_count
 
     given = [x is not None for x in (samples, epochs, target_loss)]
@@ -171,9 +180,10 @@ def _samples(samples, epochs, dataset_size, target_loss, prof, workload) -> floa
                 raise InputError("--epochs needs --dataset-size (samples per epoch)")
             return float(epochs) * float(size)
         return float(epochs) * parse_count(dataset_size, option="--dataset-size")
-    curve = getattr(prof, "loss_curve", None) if prof is not None else None
+    curve = loss_curves or (getattr(prof, "loss_curve", None) if prof is not None else None)
     if not curve:
-        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --loss-steps N records one)")
+        raise InputError("--target-loss: needs a loss curve: a --profile that has one (spottrain profile "
+                         "--loss-steps N records one) or past runs' curves (--curves runs.csv)")
     return None  # the planner turns the target into samples per cluster
 
 

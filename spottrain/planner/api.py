@@ -402,6 +402,7 @@ def plan(
     samples: float | None = None,
     target_loss: float | None = None,
     critical_batch: float | None = None,
+    loss_curves: Sequence[Any] | None = None,
     deadline_s: float | None = None,
     budget_usd: float | None = None,
     confidence: float = 0.95,
@@ -418,8 +419,9 @@ def plan(
     """Choose the cluster. ``deadline_s``: cheapest plan with P(finish by deadline) >=
     ``confidence``; only ``budget_usd``: fastest plan with expected cost <= budget (both: cheapest
     meeting the deadline within the budget). The work is ``samples``, or ``target_loss`` with a
-    ``profile=`` that has a loss curve: then the samples depend on the cluster
-    (:mod:`spottrain.planner.work`; ``critical_batch`` = gradient noise scale, optional). Raises :class:`InfeasibleError` naming the nearest
+    ``profile=`` that has a loss curve or past runs' ``loss_curves`` (LossCurve objects, which
+    take precedence): then the samples depend on the cluster (:mod:`spottrain.planner.work`;
+    ``critical_batch`` = gradient noise scale, optional). Raises :class:`InfeasibleError` naming the nearest
     feasible alternative. ``options`` go to :func:`prepare` (zones, gpus, quotas,
     on_demand_anchor, anchor_share, sync, ps, max_kinds, hard_cap_usd, offers, profile)."""
     t0 = time.perf_counter()
@@ -430,8 +432,8 @@ def plan(
         from spottrain.planner.work import target_loss_work
 
         prof = options.get("profile")
-        rule = target_loss_work(getattr(prof, "loss_curve", None) if prof is not None else None, target_loss,
-                                int(workload.batch_size), critical_batch=critical_batch)
+        curve = loss_curves or (getattr(prof, "loss_curve", None) if prof is not None else None)
+        rule = target_loss_work(curve, target_loss, int(workload.batch_size), critical_batch=critical_batch)
         options["work_rule"] = rule
         samples = float(rule.samples(1, 1, options.get("sync", "sync"))[0])
     ctx = prepare(workload, samples=samples, deadline_s=deadline_s, budget_usd=budget_usd, confidence=confidence,

@@ -61,16 +61,17 @@ class TargetLoss:
 
     def log_sd(self, nodes: np.ndarray, gpus: np.ndarray, sync: str) -> np.ndarray:
         """Log-sd of :meth:`samples`: the convergence model's ~90 % steps interval read as a lognormal
-        (``steps_log_error_q90 / 1.645``) for asynchronous clusters of more nodes than the curve's
-        (the staleness extrapolation, where the steps are uncertain); 0 otherwise (one node repeats
-        the profiled run; a synchronous cluster keeps the steps of the profiled batch, the
-        conservative end of the batch-size rule)."""
+        (``steps_log_error_q90 / 1.645``) for asynchronous clusters whose node count no curve
+        measured (the staleness dependence carried to another count, where the steps are
+        uncertain); 0 otherwise (a measured count repeats a recorded run; a synchronous cluster
+        keeps the steps of the profiled batch, the conservative end of the batch-size rule)."""
         nodes = np.atleast_1d(np.asarray(nodes, dtype=float))
         if sync != "async":
             return np.zeros(nodes.shape)
         from spottrain.planner.risk import Z90
 
-        return np.where(nodes > max(self.model.worker_counts_), self.model.steps_log_error_q90() / Z90, 0.0)
+        seen = np.isin(nodes, np.asarray(self.model.worker_counts_, dtype=float))
+        return np.where(seen, 0.0, self.model.steps_log_error_q90() / Z90)
 
     def _one(self, nodes: int, gpus: int, sync: str) -> float:
         b = float(self.batch_size)
@@ -101,10 +102,13 @@ class TargetLoss:
 def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
                      critical_batch: float | None = None) -> TargetLoss:
     """Fit the convergence model on a profile's loss curve ([[step, loss], ...] at the profiled
-    per-GPU batch) and return the work rule. Raises :class:`InputError` naming ``--target-loss``
-    when the curve is missing, cannot be fitted, or never reaches the target."""
+    per-GPU batch) or on past runs' curves (:class:`~spottrain.perf.convergence.LossCurve` objects,
+    e.g. from :func:`~spottrain.perf.convergence.read_loss_curves`) and return the work rule.
+    Raises :class:`InputError` naming ``--target-loss`` when the curve is missing, cannot be
+    fitted, or never reaches the target."""
     if not loss_curve:
-        raise InputError("--target-loss: needs a --profile with a loss curve (spottrain profile --loss-steps N records one)")
+        raise InputError("--target-loss: needs a loss curve: a --profile that has one (spottrain profile "
+                         "--loss-steps N records one) or past runs' curves (--curves runs.csv)")
     if not (target_loss > 0 and math.isfinite(target_loss)):
         raise InputError(f"--target-loss: must be a positive loss, got {target_loss!r}")
     if critical_batch is not None and not critical_batch > 0:
@@ -114,7 +118,7 @@ def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
     try:
         model = ConvergenceModel(batch_size=float(batch_size), lr_boundaries="auto", form="staleness").fit(loss_curve)
     except InputError as exc:
-        raise InputError(f"--target-loss: the profile's loss curve cannot be fitted: {exc}") from None
+        raise InputError(f"--target-loss: the loss curve cannot be fitted: {exc}") from None
     rule = TargetLoss(model=model, target_loss=float(target_loss), batch_size=int(batch_size),
                       critical_batch=critical_batch)
     why = rule.floor_message()
