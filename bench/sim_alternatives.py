@@ -25,7 +25,7 @@ from _machine import machine  # noqa: E402
 from _pages import write_page  # noqa: E402
 from sim_plans import make_plan  # noqa: E402
 
-from spottrain.sim.job import SimParams  # noqa: E402
+from spottrain.sim.setup import SimParams  # noqa: E402
 from spottrain.sim.montecarlo import simulate  # noqa: E402
 
 TRACE = "skypilot-availability-1-node-aws-02-15-2023-{zone}_v100_1"

@@ -6,7 +6,7 @@ from sim_plans import make_plan, write_trace
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.policies import register_policy, replace_cheapest
 from spottrain.sim import _deps, markets, sources
-from spottrain.sim.job import SimParams
+from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_markets, make_setup, simulate
 
 STARTUP_AWS = 150.0

@@ -3,7 +3,7 @@
 from sim_plans import make_plan, write_trace
 from spottrain.policies import POLICIES, JobState, NodeOption, NodeView
 from spottrain.sim import baselines, sources
-from spottrain.sim.job import SimParams
+from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_setup
 
 

@@ -8,7 +8,7 @@ import pytest
 from sim_plans import make_plan, write_trace
 from spottrain.errors import InputError
 from spottrain.sim import sources
-from spottrain.sim.job import SimParams, SimSetup
+from spottrain.sim.setup import SimParams, SimSetup
 from spottrain.sim.montecarlo import make_setup, simulate
 
 STARTUP_AWS = 150.0  # spottrain.sim._deps start-up default for AWS

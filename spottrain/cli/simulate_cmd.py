@@ -61,7 +61,7 @@ def simulate(
         if timeline.exists() and not force:
             raise InputError("file exists; pass --force to overwrite it", file=str(timeline))
     the_plan = Plan.load(plan)
-    from spottrain.sim.job import SimParams
+    from spottrain.sim.setup import SimParams
 
     params = SimParams(price_trace=prices)
     if alternatives is not None:

@@ -310,7 +310,7 @@ def refine(
     user-CSV paths to draw availability from (default: every shipped trace); ``exclude``: trace
     names or zones left out. At most ``max_candidates`` candidates (>= 2); ``on_demand=False``
     for spot-only requests; ``baselines`` adds the planner's baseline plans as candidates.
-    ``params``: :class:`spottrain.sim.job.SimParams`. ``progress(done, total)`` is called as
+    ``params``: :class:`spottrain.sim.setup.SimParams`. ``progress(done, total)`` is called as
     candidates finish (for a progress bar). See the module docstring for the procedure.
     """
     from spottrain.errors import InputError

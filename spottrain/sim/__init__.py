@@ -3,8 +3,8 @@
 >>> from spottrain.sim import simulate                      # doctest: +SKIP
 >>> res = simulate(plan, trace="bamboo-aws-p3", runs=1000)   # doctest: +SKIP
 
-Modules: :mod:`~spottrain.sim.core` (discrete-event core), :mod:`~spottrain.sim.job` (the job
-model), :mod:`~spottrain.sim.sources` (trace replay, sampled lifetimes),
+Modules: :mod:`~spottrain.sim.core` (discrete-event core), :mod:`~spottrain.sim.setup` (what
+the runs of a plan share), :mod:`~spottrain.sim.job` (the job model), :mod:`~spottrain.sim.sources` (trace replay, sampled lifetimes),
 :mod:`~spottrain.sim.markets` (markets of other instance types a policy may buy),
 :mod:`~spottrain.sim.baselines` (the literature's policies), :mod:`~spottrain.sim.montecarlo`,
 :mod:`~spottrain.sim.hindsight` (candidate plans on common runs, hindsight-optimal plan),
@@ -12,7 +12,7 @@ model), :mod:`~spottrain.sim.sources` (trace replay, sampled lifetimes),
 """
 
 from spottrain.sim import baselines  # noqa: F401  (registers the baseline policies)
-from spottrain.sim.job import RunResult, SimParams, SimSetup
 from spottrain.sim.montecarlo import PolicySummary, SimulationResult, simulate, timeline_run
+from spottrain.sim.setup import RunResult, SimParams, SimSetup
 
 __all__ = ["PolicySummary", "RunResult", "SimParams", "SimSetup", "SimulationResult", "simulate", "timeline_run"]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.plan import Plan
-from spottrain.sim.job import SimParams, SimSetup
+from spottrain.sim.setup import SimParams, SimSetup
 from spottrain.sim.montecarlo import make_source, run_seed
 
 INF = math.inf

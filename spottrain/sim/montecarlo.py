@@ -21,7 +21,7 @@ from spottrain.errors import InputError
 from spottrain.plan import Plan
 from spottrain.policies import get_policy
 from spottrain.sim import baselines, sources
-from spottrain.sim.job import RunResult, SimParams, SimSetup
+from spottrain.sim.setup import RunResult, SimParams, SimSetup
 from spottrain.sim.markets import Markets
 
 DEFAULT_POLICIES = ("replace-same", "uniform-progress", "checkpoint-restart", "skypilot-managed", "on-demand")

@@ -283,7 +283,7 @@ def study_rate_usd_per_s(folder: str, workers: int, ps: int = 1) -> float:
 def _predict_spot(pred: _Predictor, gpu: str, workers: int, ps: int, usd_per_s: float, runs: int,
                   seed: int) -> tuple[float, float, float]:
     """(mean duration s, mean cost USD, failed share) over simulated runs that kept their chief."""
-    from spottrain.sim.job import SimParams, SimSetup
+    from spottrain.sim.setup import SimParams, SimSetup
     from spottrain.sim.montecarlo import run_seed
     from spottrain.sim.sources import LifetimeSource
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from spottrain.sim.job import RunResult
+from spottrain.sim.setup import RunResult
 
 
 def timeline_png(result: RunResult, *, title: str = "") -> bytes:
