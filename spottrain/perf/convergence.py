@@ -425,28 +425,42 @@ def curve_sets(rows: list[dict]) -> dict[tuple[str, str, int], dict[int, LossCur
     return {k: curves_from_rows(v) for k, v in sorted(groups.items())}
 
 
-def curves_from_rows(rows: list[dict], *, average: bool = True) -> dict[int, LossCurve]:
-    """Error (1 - accuracy) curves per worker count, averaged over runs at each evaluation.
-
-    Evaluations of different runs within 1000 steps of each other are pooled; the pooled point
-    sits at their mean step (not a rounded one: a few steps can straddle a learning-rate boundary).
-    """
+def curves_from_rows(rows: list[dict]) -> dict[int, LossCurve]:
+    """Error (1 - accuracy) curves per worker count, the runs (``curve`` column) pooled per
+    evaluation as :func:`pool_runs` does."""
     from collections import defaultdict
 
-    acc: dict[int, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    pts: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     bs: dict[int, float] = {}
     for r in rows:
         n = int(r["workers"])
-        step = float(r["step"])
-        acc[n][round(step / 1000)].append((step, 1.0 - float(r["accuracy"])))
+        pts[n].append((float(r["step"]), 1.0 - float(r["accuracy"]), r.get("curve", "")))
         bs[n] = float(r["batch_size"])
     out = {}
-    for n, by in acc.items():
-        keys = sorted(by)
-        out[n] = LossCurve(steps=tuple(float(np.mean([p[0] for p in by[k]])) for k in keys),
-                           losses=tuple(float(np.mean([p[1] for p in by[k]])) for k in keys),
-                           batch_size=bs[n], workers=n)
+    for n, p in pts.items():
+        steps, losses = pool_runs(p)
+        out[n] = LossCurve(steps=steps, losses=losses, batch_size=bs[n], workers=n)
     return out
+
+
+def pool_runs(points: list[tuple[float, float, str]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(steps, values) of one configuration from its evaluations ``(step, value, run label)``.
+
+    Evaluations of different runs within 1 % of the run length of each other are averaged, the
+    pooled point at their mean step (not a rounded one: a few steps can straddle a learning-rate
+    boundary). A single run is kept as it is.
+    """
+    pts = sorted(points)
+    span = pts[-1][0] - pts[0][0] if pts else 0.0
+    tol = 0.01 * span if len({p[2] for p in pts}) > 1 else 0.0
+    buckets: list[list[tuple[float, float]]] = []
+    for step, value, _ in pts:
+        if buckets and step - buckets[-1][0][0] <= tol:
+            buckets[-1].append((step, value))
+        else:
+            buckets.append([(step, value)])
+    return (tuple(float(np.mean([p[0] for p in bk])) for bk in buckets),
+            tuple(float(np.mean([p[1] for p in bk])) for bk in buckets))
 
 
 def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve]:
@@ -455,8 +469,8 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
     Columns: ``step`` (global steps) and one of ``loss``, ``error`` or ``accuracy`` (a fraction;
     fitted as error = 1 - accuracy); optional ``workers`` (default 1), ``batch_size`` (per-worker
     batch of one update; default ``batch_size``), ``staleness`` (convergence coefficient R;
-    default: equal asynchronous workers), ``run`` (a label: runs of one configuration are pooled,
-    their evaluations averaged where they fall within 1 % of the run length of each other).
+    default: equal asynchronous workers), ``run`` (a label: runs of one configuration are pooled
+    by :func:`pool_runs`).
     Errors name the file, line and column.
     """
     from collections import defaultdict
@@ -496,18 +510,8 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
         raise InputError("the table has no data rows", file=str(path))
     curves = []
     for (n, b, r), pts in sorted(groups.items()):
-        pts.sort()
-        span = max(p[0] for p in pts) - min(p[0] for p in pts)
-        tol = 0.01 * span if len({p[2] for p in pts}) > 1 else 0.0
-        buckets: list[list[tuple[float, float]]] = []
-        for s, v, _ in pts:
-            if buckets and s - buckets[-1][0][0] <= tol:
-                buckets[-1].append((s, v))
-            else:
-                buckets.append([(s, v)])
-        curves.append(LossCurve(steps=tuple(float(np.mean([p[0] for p in bk])) for bk in buckets),
-                                losses=tuple(float(np.mean([p[1] for p in bk])) for bk in buckets),
-                                batch_size=b, workers=n, staleness=None if r < 0 else r))
+        steps, losses = pool_runs(pts)
+        curves.append(LossCurve(steps=steps, losses=losses, batch_size=b, workers=n, staleness=None if r < 0 else r))
     return curves
 
 
