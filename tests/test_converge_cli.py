@@ -78,6 +78,7 @@ def test_unreachable_target_says_so(tmp_path, capsys):
     ("step,loss,batch_size\n1,2,0\n", "line 2, column batch_size"),
     ("step,accuracy,batch_size\n1,1.5,32\n", "line 2, column accuracy"),
     ("step,loss,workers,batch_size\n1,2,2.5,32\n", "line 2, column workers"),
+    ("step,loss,batch_size,staleness\n1,2,8,-0.5\n", "line 2, column staleness"),
     ("step,loss\n1,2\n", "line 2, column batch_size: expected a per-worker batch size"),
     ("step,loss\n", "no data rows"),
 ])

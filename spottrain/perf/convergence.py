@@ -486,25 +486,22 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
     groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
     for i, row in table:
         where = (str(path), i)
-        step = _cell(row, "step", where)
-        value = _cell(row, value_col, where)
+        step = _cell(row, "step", where, allow_zero=True)
+        value = _cell(row, value_col, where, allow_zero=True)
         if value_col == "accuracy":
             if value > 1.0:
                 raise InputError(f"expected an accuracy between 0 and 1, got {value:g}", file=str(path), line=i,
                                  column="accuracy")
             value = 1.0 - value
-        workers = _cell(row, "workers", where, 1.0, lo=1.0)
-        if workers != int(workers):
-            raise InputError(f"expected a whole number of workers, got {workers:g}", file=str(path), line=i,
-                             column="workers")
+        workers = _cell(row, "workers", where, 1.0, integer=True)
         if "batch_size" in header and (row.get("batch_size") or "").strip():
-            b = _cell(row, "batch_size", where, strict=True)
+            b = _cell(row, "batch_size", where)
         elif batch_size is not None:
             b = float(batch_size)
         else:
             raise InputError("expected a per-worker batch size here or a default (--batch-size)", file=str(path),
                              line=i, column="batch_size")
-        r = _cell(row, "staleness", where, -1.0, lo=-1.0) if "staleness" in header else -1.0
+        r = _cell(row, "staleness", where, -1.0, allow_zero=True) if "staleness" in header else -1.0  # -1: none given
         groups[(int(workers), float(b), r)].append((step, value, (row.get("run") or "").strip()))
     if not groups:
         raise InputError("the table has no data rows", file=str(path))
@@ -515,20 +512,15 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
     return curves
 
 
-def _cell(row: dict, col: str, where: tuple[str, int], default: float | None = None, *, lo: float = 0.0,
-          strict: bool = False) -> float:
-    """The number in ``row[col]`` (``default`` when empty), at least ``lo`` (above it if ``strict``)."""
+def _cell(row: dict, col: str, where: tuple[str, int], default: float | None = None, **rule) -> float:
+    """The number in ``row[col]`` (``default`` when empty), checked as the measurement table checks
+    its cells (:func:`~spottrain.perf.measurements.parse_number` with ``rule``)."""
+    from spottrain.perf.measurements import parse_number
+
     file, line = where
     text = (row.get(col) or "").strip()
     if not text:
         if default is None:
             raise InputError("expected a number, got an empty value", file=file, line=line, column=col)
         return default
-    try:
-        v = float(text)
-    except ValueError:
-        raise InputError(f"expected a number, got {text!r}", file=file, line=line, column=col) from None
-    if not math.isfinite(v) or v < lo or (strict and v == lo):
-        raise InputError(f"expected a number {'>' if strict else '>='} {lo:g}, got {text!r}", file=file, line=line,
-                         column=col)
-    return v
+    return float(parse_number(text, file=file, line=line, column=col, **rule))

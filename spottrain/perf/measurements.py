@@ -67,7 +67,9 @@ class Measurement:
         return 4.0 * self.param_count
 
 
-def _number(text: str, *, file, line, column, integer=False, positive=True, allow_zero=False):
+def parse_number(text: str, *, file, line, column, integer=False, positive=True, allow_zero=False):
+    """The number in a table cell: finite, > 0 (>= 0 with ``allow_zero``; any sign without
+    ``positive``), whole with ``integer``. Errors name the file, line and column."""
     try:
         value = float(text)
     except ValueError:
@@ -107,7 +109,7 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     model = get("model")
     if not model:
         raise InputError("expected a model name, got an empty value", file=file, line=line, column="model")
-    batch = _number(get("batch_size"), file=file, line=line, column="batch_size", integer=True)
+    batch = parse_number(get("batch_size"), file=file, line=line, column="batch_size", integer=True)
     try:
         cluster = ClusterSpec.parse(get("cluster"), where="cluster") if get("cluster") else None
     except InputError as exc:
@@ -120,7 +122,7 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
             device(g.gpu)
         except UnknownNameError as exc:
             raise InputError(str(exc), file=file, line=line, column="cluster") from None
-    ps = _number(get("ps") or "0", file=file, line=line, column="ps", integer=True, allow_zero=True)
+    ps = parse_number(get("ps") or "0", file=file, line=line, column="ps", integer=True, allow_zero=True)
     sync = get("sync").lower() or "sync"
     if sync not in ("sync", "async"):
         raise InputError(f"expected 'sync' or 'async', got {get('sync')!r}", file=file, line=line, column="sync")
@@ -129,11 +131,11 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     thr_text = get("throughput")
     throughput = None
     if thr_text:
-        throughput = _number(thr_text, file=file, line=line, column="throughput")
+        throughput = parse_number(thr_text, file=file, line=line, column="throughput")
     elif not query:
         raise InputError("expected a throughput (samples/s) > 0, got an empty value", file=file, line=line, column="throughput")
-    flops = _number(get("flops_per_sample"), file=file, line=line, column="flops_per_sample") if get("flops_per_sample") else None
-    params = (_number(get("param_count"), file=file, line=line, column="param_count", integer=True)
+    flops = parse_number(get("flops_per_sample"), file=file, line=line, column="flops_per_sample") if get("flops_per_sample") else None
+    params = (parse_number(get("param_count"), file=file, line=line, column="param_count", integer=True)
               if get("param_count") else None)
     if flops is None or params is None:
         zoo_flops, zoo_params = _zoo_figures(model)
@@ -144,11 +146,11 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
                          file=file, line=line, column="flops_per_sample")
     if params is None:
         raise InputError(f"model {model!r} is not in the zoo: fill param_count", file=file, line=line, column="param_count")
-    net = _number(get("network_gbps"), file=file, line=line, column="network_gbps") if get("network_gbps") else None
+    net = parse_number(get("network_gbps"), file=file, line=line, column="network_gbps") if get("network_gbps") else None
     precision = get("precision").lower() or "fp32"
     if precision not in PRECISIONS:
         raise InputError(f"expected one of {', '.join(PRECISIONS)}, got {get('precision')!r}", file=file, line=line, column="precision")
-    tensors = (_number(get("tensor_count"), file=file, line=line, column="tensor_count", integer=True)
+    tensors = (parse_number(get("tensor_count"), file=file, line=line, column="tensor_count", integer=True)
                if get("tensor_count") else None)
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extra = {k: v for k, v in row.items() if k is not None and k not in known}
