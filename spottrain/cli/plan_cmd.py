@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
             from spottrain.perf.convergence import read_loss_curves
 
             loss_curves = read_loss_curves(curves, batch_size=workload.batch_size)
-        n_samples = _samples(samples, epochs, dataset_size, target_loss, prof, workload, loss_curves)
+        n_samples = _samples(samples, epochs, dataset_size, target_loss, workload)
         work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit,
                                                                    "loss_curves": loss_curves}
         catalog = _deps.load_catalog(str(catalog_path)) if catalog_path else None
@@ -158,7 +158,9 @@ def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_deman
                       progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _samples(samples, epochs, dataset_size, target_loss, prof, workload, loss_curves=None) -> float:
+def _samples(samples, epochs, dataset_size, target_loss, workload) -> float | None:
+    """Samples to train, or None with --target-loss (the planner turns the target into samples per
+    cluster, and says when there is no loss curve to fit)."""
     from spottrain.units import parse_count
 
     given = [x is not None for x in (samples, epochs, target_loss)]
@@ -180,11 +182,7 @@ def _samples(samples, epochs, dataset_size, target_loss, prof, workload, loss_cu
                 raise InputError("--epochs needs --dataset-size (samples per epoch)")
             return float(epochs) * float(size)
         return float(epochs) * parse_count(dataset_size, option="--dataset-size")
-    curve = loss_curves or (getattr(prof, "loss_curve", None) if prof is not None else None)
-    if not curve:
-        raise InputError("--target-loss: needs a loss curve: a --profile that has one (spottrain profile "
-                         "--loss-steps N records one) or past runs' curves (--curves runs.csv)")
-    return None  # the planner turns the target into samples per cluster
+    return None
 
 
 def _quotas(items: list[str] | None) -> dict[str, int] | None:
