@@ -156,6 +156,11 @@ def _prec_key(model: str, precision: str) -> str:
     return f"{model}|{precision}"
 
 
+def _is_prec_key(key: str) -> bool:
+    """Whether a ``model_effects_`` key is a :func:`_prec_key` (else a model's own effect)."""
+    return "|" in key
+
+
 def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
     names = sorted(dev_index, key=dev_index.get)
     ds = [device(n) for n in names]
@@ -279,7 +284,7 @@ class ThroughputModel:
         nI = len(inter_keys)
         nT, nG, nM = len(mean), len(gpu_keys), len(model_keys)
         s_obs = self.obs_sigma
-        m_sd = np.array([self.model_sigma if "|" not in k else self.precision_sigma for k in model_keys])
+        m_sd = np.array([self.precision_sigma if _is_prec_key(k) else self.model_sigma for k in model_keys])
 
         def resid(z):
             th, eg, em = z[:nT], z[nT: nT + nG], z[nT + nG: nT + nG + nM]
@@ -301,7 +306,7 @@ class ThroughputModel:
         self.gpu_effects_ = {**{k: v for k, v in g_prior.items() if k not in self.gpu_effects_}, **self.gpu_effects_}
         self.model_effects_ = {**{k: v for k, v in m_prior.items() if k not in self.model_effects_}, **self.model_effects_}
         self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
-        self.fitted_models_ = set(models) | {k for k in m_prior if "|" not in k}
+        self.fitted_models_ = set(models) | {k for k in m_prior if not _is_prec_key(k)}
         self.max_nodes_ = max(q.cluster.nodes for q in queries)
         self.max_gpus_per_node_ = max(g.gpus_per_node for q in queries for g in q.cluster.groups)
         self.n_rows_ = len(rows)
