@@ -226,3 +226,10 @@ def test_steps_interval_is_calibrated_on_held_out_worker_counts_and_holds_them()
 def test_steps_interval_of_an_unreachable_target_is_unreachable():
     m = ConvergenceModel(batch_size=16).fit([[s, 2.0 / (s + 10) + 0.1] for s in range(0, 500, 10)])
     assert m.steps_interval(0.05, batch_size_global=16) == (math.inf, math.inf)
+
+
+def test_steps_interval_says_whether_it_is_calibrated():
+    curves = curves_from_rows(load_accuracy_curves())
+    assert ConvergenceModel(lr_boundaries="auto", form="staleness").fit(list(curves.values())).steps_interval_is_calibrated()
+    assert not ConvergenceModel(batch_size=128, lr_boundaries="auto", form="staleness").fit(
+        [curves[1]]).steps_interval_is_calibrated()

@@ -68,7 +68,7 @@ def converge(
         model = ConvergenceModel(lr_boundaries=bounds, form=form).fit(data)
     b = batch_size or data[0].batch_size
     counts = sorted(set(workers or [c.workers for c in data]))
-    fitted_n = sorted({c.workers for c in data})
+    fitted_n = model.worker_counts_
     far = [n for n in counts if n > 2 * fitted_n[-1] or n < fitted_n[0] / 2]
     if far and not as_json:
         err.print(f"[yellow]warning:[/] extrapolating to {', '.join(map(str, far))} worker(s); the curves have "
@@ -104,7 +104,7 @@ def converge(
                                          f"fit residual {model.residual_std_:.3g})",
               caption=f"fitted on {where}")
     q = model.steps_log_error_q90()
-    how = ("its own errors on held-out worker counts" if len(fitted_n) >= 3
+    how = ("its own errors on held-out worker counts" if model.steps_interval_is_calibrated()
            else "the shipped curves' errors from one worker count (give curves of 3+ counts to calibrate it)")
     t.caption += f"\n~90 % interval: x/{math.exp(q):.2f}, from {how}"
     for c in ("target", "workers", "batch/worker", "global steps", "~90 % interval", "samples", "note"):

@@ -182,7 +182,7 @@ class ConvergenceModel:
         self.n_points_ = sum(len(c.steps) for c in cs)
         self.worker_counts_ = tuple(sorted({c.workers for c in cs}))
         self._curves_fitted = tuple(cs)
-        self._log_q90: float | None = None
+        self._log_q90: tuple[float, bool] | None = None
         res = [v - self.loss_at(s, batch_size_global=c.batch_size, workers=c.workers, staleness=c.R)
                for c in cs for s, v in zip(c.steps, c.losses) if s >= self.min_step and math.isfinite(v)]
         self.residual_std_ = float(np.std(res))
@@ -250,10 +250,19 @@ class ConvergenceModel:
         computed on first use and kept. With fewer counts (a profile's single curve):
         :data:`DEFAULT_STEPS_LOG_Q90`.
         """
+        return self._steps_q90()[0]
+
+    def steps_interval_is_calibrated(self) -> bool:
+        """Whether :meth:`steps_log_error_q90` comes from the model's own held-out worker counts
+        (else it is :data:`DEFAULT_STEPS_LOG_Q90`)."""
+        return self._steps_q90()[1]
+
+    def _steps_q90(self) -> tuple[float, bool]:
         self._check()
         if self._log_q90 is None:
             errs = held_out_log_errors(self._curves_fitted, self.get_params())
-            self._log_q90 = float(np.quantile(errs, 0.9)) if len(errs) >= 5 else DEFAULT_STEPS_LOG_Q90
+            own = len(errs) >= 5
+            self._log_q90 = (float(np.quantile(errs, 0.9)) if own else DEFAULT_STEPS_LOG_Q90, own)
         return self._log_q90
 
 
