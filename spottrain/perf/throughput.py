@@ -136,6 +136,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
             gidx[i, j] = gpu_effect.get(f"{name}/{q.precision}", -1)
             iidx[i, j] = inter_effect.get(f"{name}/{q.precision}|{q.model}", -1)
             lidx[i, j] = link_effect.get(name, -1)
+    shares = [q.ps_share for q in queries]  # (bytes, tensors) on the busiest server, when the layout is known
     enc = an.Encoded(cnt=cnt, gpn=gpn, dev=dev, net=net,
                      b=np.array([q.batch_size for q in queries], float),
                      flops=np.array([q.flops for q in queries], float),
@@ -146,8 +147,8 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx, lidx=lidx,
                      pidx=np.array([model_effect.get(_prec_key(q.model, q.precision), -1) for q in queries]),
                      pix=np.array([input_pixels(q.model) for q in queries], float),
-                     ps_bshare=np.array([q.ps_share[0] if q.ps_share else np.nan for q in queries], float),
-                     ps_tshare=np.array([q.ps_share[1] if q.ps_share else np.nan for q in queries], float))
+                     ps_bshare=np.array([sh[0] if sh else np.nan for sh in shares], float),
+                     ps_tshare=np.array([sh[1] if sh else np.nan for sh in shares], float))
     return enc, resolved
 
 
