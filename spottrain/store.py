@@ -9,7 +9,16 @@ Tables (``PRAGMA user_version`` holds :data:`STORE_SCHEMA_VERSION`):
   (model, batch size, device, precision, samples/s, created_at) for listing.
 - ``runs``: one row per training run (``run_id`` unique; plan and metadata as JSON; status).
 - ``run_events``: time-stamped events of a run (start, checkpoint, revoke, throughput ...)
-  with a JSON payload; measurements from real runs land here.
+  with a JSON payload.
+- ``measurements`` (schema 2): what a run measured, one row per steady-state world size, in the
+  columns of the measurement table (:mod:`spottrain.perf.measurements`: model, batch size per
+  GPU, cluster, ps, sync, throughput in samples/s ...) plus the run id, the step and all-reduce
+  times and when it was written. :mod:`spottrain.perf.own_runs` reads them back for ``predict``,
+  ``plan`` and ``converge``.
+
+Opening an older store upgrades it in place, in one transaction that only adds tables: nothing
+stored is rewritten or dropped. ``Store(path, read_only=True)`` neither creates nor upgrades a
+file (read-only commands use it).
 
 Every write is one transaction (``with conn:``), so an interrupted command (Ctrl-C) leaves
 either the whole row or nothing. Several processes may write at once (busy timeout 30 s).
@@ -36,10 +45,10 @@ from typing import Any
 from spottrain.errors import InputError, SchemaVersionError
 from spottrain.profiler.schema import Profile
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 ENV_VAR = "SPOTTRAIN_STORE"
 
-_SCHEMA = """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS profiles (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     created_at TEXT NOT NULL,
@@ -71,6 +80,42 @@ CREATE TABLE IF NOT EXISTS run_events (
 );
 CREATE INDEX IF NOT EXISTS run_events_run ON run_events(run_id, time_s);
 """
+
+# No foreign key to runs: a measurement outlives whatever happens to its run's record.
+_SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    cluster TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    workers INTEGER NOT NULL,
+    ps INTEGER NOT NULL,
+    sync TEXT NOT NULL,
+    throughput REAL NOT NULL,
+    step_time_s REAL NOT NULL,
+    sync_time_s REAL,
+    steps INTEGER NOT NULL,
+    warmup_steps INTEGER NOT NULL,
+    network_gbps REAL,
+    flops_per_sample REAL,
+    param_count INTEGER,
+    precision TEXT NOT NULL DEFAULT 'fp32',
+    tensor_count INTEGER,
+    source TEXT
+);
+CREATE INDEX IF NOT EXISTS measurements_model ON measurements(model);
+"""
+
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+"""Schema version -> the statements that bring a store of the version before it up to it."""
+
+MEASUREMENT_COLUMNS = ("model", "batch_size", "cluster", "gpu", "workers", "ps", "sync", "throughput", "step_time_s",
+                       "sync_time_s", "steps", "warmup_steps", "network_gbps", "flops_per_sample", "param_count",
+                       "precision", "tensor_count", "source")
+"""Columns of a ``measurements`` row a writer gives (besides the run id and the time written)."""
 
 
 def default_store_path() -> Path:
@@ -121,15 +166,26 @@ def _now() -> str:
 
 
 class Store:
-    """SQLite store of profiles and run records; ``Store()`` opens the default location."""
+    """SQLite store of profiles and run records; ``Store()`` opens the default location.
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    ``read_only=True``: the file must exist; it is opened read-only, neither created nor
+    upgraded (tables an older store lacks read as empty).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> None:
         self.path = Path(path).expanduser() if path is not None else default_store_path()
+        self.read_only = read_only
         if self.path.exists() and self.path.is_dir():
             raise InputError("is a directory; --store expects a database file path", file=str(self.path))
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            if read_only:
+                if not self.path.is_file():
+                    raise InputError("no store here (nothing has been recorded yet)", file=str(self.path))
+                self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0,
+                                             isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise InputError(f"cannot open the store: {exc}", file=str(self.path)) from None
         self._conn.row_factory = sqlite3.Row
@@ -139,6 +195,9 @@ class Store:
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise InputError(f"not a spottrain store (SQLite says: {exc})", file=str(self.path)) from None
+        except SchemaVersionError:
+            self._conn.close()
+            raise
 
     # -- lifecycle
 
@@ -151,8 +210,15 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def schema_version(self) -> int:
+        """The file's schema version (a read-only view of an older store keeps its own)."""
+        return self._version
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise InputError("the store is open read-only", file=str(self.path))
         # BEGIN IMMEDIATE takes the write lock up front: no upgrade deadlocks between writers.
         self._conn.execute("BEGIN IMMEDIATE")
         try:
@@ -170,12 +236,23 @@ class Store:
                 "upgrade spottrain or use another --store",
                 file=str(self.path),
             )
+        if self.read_only:
+            self._version = version
+            return
+        self._version = STORE_SCHEMA_VERSION
         if version < STORE_SCHEMA_VERSION:
+            # One transaction for all the steps: a store is upgraded wholly or not at all. The
+            # steps only create tables (IF NOT EXISTS), so a row stored before is never touched.
             with self._tx() as conn:
-                # Statement by statement: executescript() would commit the open transaction.
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    conn.execute(statement)
+                for step in range(version + 1, STORE_SCHEMA_VERSION + 1):
+                    # Statement by statement: executescript() would commit the open transaction.
+                    for statement in filter(str.strip, _MIGRATIONS[step].split(";")):
+                        conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {STORE_SCHEMA_VERSION}")
+
+    def _has_table(self, name: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                  (name,)).fetchone() is not None
 
     # -- profiles
 
@@ -291,6 +368,41 @@ class Store:
             args.append(event)
         rows = self._conn.execute(sql + " ORDER BY time_s, id", args).fetchall()
         return [RunEvent(run_id=r[0], time_s=r[1], event=r[2], data=_loads(r[3])) for r in rows]
+
+
+    # -- measurements of real runs
+
+    def add_measurements(self, run_id: str, rows: list[dict[str, Any]]) -> list[int]:
+        """Store a run's measured rows (keys: :data:`MEASUREMENT_COLUMNS`; missing optional
+        ones are NULL) in one transaction; returns their ids."""
+        for row in rows:
+            unknown = set(row) - set(MEASUREMENT_COLUMNS)
+            if unknown:
+                raise InputError(f"unknown measurement column(s) {', '.join(sorted(unknown))}", file=str(self.path))
+        cols = ", ".join(("run_id", "created_at", *MEASUREMENT_COLUMNS))
+        marks = ", ".join("?" * (2 + len(MEASUREMENT_COLUMNS)))
+        now = _now()
+        ids = []
+        with self._tx() as conn:
+            for row in rows:
+                values = [row.get(c) for c in MEASUREMENT_COLUMNS]
+                values[MEASUREMENT_COLUMNS.index("precision")] = row.get("precision") or "fp32"
+                cur = conn.execute(f"INSERT INTO measurements ({cols}) VALUES ({marks})", (run_id, now, *values))
+                ids.append(int(cur.lastrowid))
+        return ids
+
+    def measurements(self, *, model: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Stored measurement rows as dicts (``id``, ``run_id``, ``created_at`` and
+        :data:`MEASUREMENT_COLUMNS`), oldest first; filtered by exact model name or run id.
+        Values are what the file holds: readers validate them (:mod:`spottrain.perf.own_runs`)."""
+        if not self._has_table("measurements"):  # a read-only view of a schema-1 store
+            return []
+        sql, args = "SELECT * FROM measurements", []
+        where = [(c, v) for c, v in (("model", model), ("run_id", run_id)) if v is not None]
+        if where:
+            sql += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)
+            args = [v for _, v in where]
+        return [dict(r) for r in self._conn.execute(sql + " ORDER BY id", args).fetchall()]
 
 
 def _dumps(value: dict[str, Any] | None) -> str | None:

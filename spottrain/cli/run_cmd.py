@@ -148,10 +148,11 @@ def run(
                   highlight=False)
     summary = _run_with_progress(job, quiet=as_json)
     if not no_record:
-        from spottrain.runtime.record import record_run
+        from spottrain.runtime.record import local_setup, record_run
 
         record_run(summary, _EVENTS, store_path=str(store) if store else None,
-                   plan=plan.to_dict() if plan else None, backend="local")
+                   plan=plan.to_dict() if plan else None, backend="local",
+                   setup=local_setup(job, example=example, plan=plan))
     if as_json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:

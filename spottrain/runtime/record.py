@@ -1,22 +1,81 @@
 """Write a run's record (membership changes, checkpoints, lost steps, stalls, cost) to the
-SQLite store (:mod:`spottrain.store`), so that real runs can refine the models."""
+SQLite store (:mod:`spottrain.store`), so that real runs can refine the models.
+
+Besides the record, a run leaves *measurement rows* (the store's ``measurements`` table): its
+steady-state throughput at each world size it trained at, in the columns of the measurement
+table. ``predict``, ``plan`` and ``converge`` read them back (:mod:`spottrain.perf.own_runs`).
+
+How a row is measured, from the chief's ``step`` events (``events-<worker>.jsonl``):
+
+- the step time is the gap between consecutive completed steps of one membership generation,
+  so the first step after each (re-)formation, which has no predecessor, is never counted;
+- warm-up: the first :data:`WARMUP_FRACTION` of each generation's gaps (at least
+  :data:`MIN_WARMUP_STEPS`) are dropped (allocator, cuDNN autotuning, DDP bucket rebuilds);
+- stalls: a gap longer than :data:`STALL_FACTOR` x the median gap of its world size
+  (a blocking checkpoint, a peer being replaced) is not a training step and is dropped;
+- the rest, pooled over the generations with the same world size, give the mean step time;
+  a world size with fewer than :data:`MIN_STEADY_STEPS` such steps gives no row;
+- throughput = samples per step at that world size / mean step time; the per-GPU batch is the
+  global batch split over the world (``accumulate``) or the planned per-worker batch
+  (``scale-lr``);
+- all-reduce (sync) time: the mean of the steps' ``sync_time_s`` when the workers report it;
+  empty otherwise.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from spottrain.runtime.summary import RunSummary
+from spottrain.runtime.summary import RunSummary, read_worker_events
 
 log = logging.getLogger(__name__)
 
 # Controller events worth keeping in the store (per-step progress is not stored).
 _KEEP = ("start", "spawn", "inject", "exit", "notice", "left", "joined", "membership", "decision", "finished", "stop")
 
+WARMUP_FRACTION = 0.1
+"""Share of each generation's first step gaps left out as warm-up."""
+MIN_WARMUP_STEPS = 2
+"""At least this many step gaps of each generation are warm-up."""
+STALL_FACTOR = 3.0
+"""A gap this many times the median of its world size is a stall, not a step."""
+MIN_STEADY_STEPS = 5
+"""Fewest steady-state steps that make a measurement row."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSetup:
+    """What a run's measurement rows describe besides its events: model, batch and device."""
+
+    model: str
+    """Model name of the rows (a zoo name, the plan's workload, ``example-<name>``)."""
+    global_batch_size: int
+    """Samples per optimizer step (``accumulate``), or of the planned world (``scale-lr``)."""
+    gpu: str
+    """Device every worker trains on, as the performance model names it (``H100``), or ``cpu``."""
+    rescale: str = "accumulate"
+    planned_world_size: int | None = None
+    gpus_shared: bool = False
+    """True when all workers share one GPU (then only a 1-worker world is a GPU measurement)."""
+    flops_per_sample: float | None = None
+    """Forward + backward FLOPs of one sample (``None``: the zoo's, for a zoo model)."""
+    param_count: int | None = None
+    tensor_count: int | None = None
+    precision: str = "fp32"
+    network_gbps: float | None = None
+    source: str = "spottrain run --backend local"
+
 
 def record_run(summary: RunSummary, events: list[dict[str, Any]], *, store_path: str | None = None,
-               plan: dict[str, Any] | None = None, backend: str = "local") -> str | None:
-    """Store the run; returns the store path, or ``None`` when it could not be written."""
+               plan: dict[str, Any] | None = None, backend: str = "local", setup: RunSetup | None = None) -> str | None:
+    """Store the run (and, given its ``setup``, its measurement rows); returns the store path,
+    or ``None`` when it could not be written."""
     try:
         from spottrain.store import Store
     except ImportError:  # pragma: no cover - the store ships with spottrain
@@ -32,7 +91,148 @@ def record_run(summary: RunSummary, events: list[dict[str, Any]], *, store_path:
                     store.record_event(summary.job_id, ev["kind"], time_s=ev.get("t"), data=data)
             for ck in summary.checkpoints:
                 store.record_event(summary.job_id, "checkpoint", data=ck)
+            if setup is not None:
+                rows = measurement_rows(read_worker_events(Path(summary.run_dir)), setup)
+                if rows:
+                    store.add_measurements(summary.job_id, rows)
             return str(store.path)
     except Exception as exc:  # noqa: BLE001 - a record must never fail the run
         log.warning("could not write the run record: %s", exc)
         return None
+
+
+def steady_step_times(worker_events: list[dict[str, Any]]) -> dict[int, tuple[list[dict[str, Any]], int]]:
+    """World size -> (the chief's steady-state steps ``{"step", "gen", "time_s"[, "sync_time_s"]}``,
+    how many steps were left out as warm-up); see the module docstring."""
+    steps = sorted((e for e in worker_events if e.get("kind") == "step" and "world" in e and "gen" in e),
+                   key=lambda e: e["t"])
+    by_world: dict[int, list[dict[str, Any]]] = {}
+    warmup: dict[int, int] = {}
+    prev: dict[str, Any] | None = None
+    gen_gaps: list[dict[str, Any]] = []
+
+    def close_generation() -> None:
+        warm = max(MIN_WARMUP_STEPS, math.ceil(WARMUP_FRACTION * len(gen_gaps)))
+        for gap in gen_gaps[:warm]:
+            warmup[gap["world"]] = warmup.get(gap["world"], 0) + 1
+        for gap in gen_gaps[warm:]:
+            by_world.setdefault(gap["world"], []).append(gap)
+        gen_gaps.clear()
+
+    for ev in steps:
+        if prev is not None and ev["gen"] != prev["gen"]:
+            close_generation()
+        elif prev is not None and int(ev["step"]) == int(prev["step"]) + 1:
+            gap = {"step": int(ev["step"]), "gen": ev["gen"], "world": int(ev["world"]), "time_s": ev["t"] - prev["t"]}
+            if isinstance(ev.get("sync_time_s"), (int, float)):
+                gap["sync_time_s"] = float(ev["sync_time_s"])
+            gen_gaps.append(gap)
+        prev = ev
+    close_generation()
+    out = {}
+    for world, gaps in by_world.items():
+        median = statistics.median(g["time_s"] for g in gaps)
+        out[world] = ([g for g in gaps if g["time_s"] <= STALL_FACTOR * median], warmup.get(world, 0))
+    return out
+
+
+def measurement_rows(worker_events: list[dict[str, Any]], setup: RunSetup) -> list[dict[str, Any]]:
+    """The run's measurement rows (dicts in the store's columns), one per world size trained at."""
+    rows = []
+    for world, (gaps, warm) in sorted(steady_step_times(worker_events).items()):
+        if len(gaps) < MIN_STEADY_STEPS:
+            log.info("world size %d: %d steady steps, fewer than %d; no measurement row", world, len(gaps),
+                     MIN_STEADY_STEPS)
+            continue
+        if setup.gpus_shared and setup.gpu != "cpu" and world > 1:
+            log.info("world size %d: the workers shared one GPU; no measurement row", world)
+            continue
+        if setup.rescale == "scale-lr":
+            per_worker = max(setup.global_batch_size // (setup.planned_world_size or world), 1)
+            samples = per_worker * world
+        else:
+            samples = setup.global_batch_size
+            per_worker = max(round(samples / world), 1)
+        step_s = statistics.fmean(g["time_s"] for g in gaps)
+        syncs = [g["sync_time_s"] for g in gaps if "sync_time_s" in g]
+        rows.append({
+            "model": setup.model, "batch_size": per_worker,
+            "cluster": f"1x{setup.gpu}:{world}" if world > 1 else f"1x{setup.gpu}",
+            "gpu": setup.gpu, "workers": world, "ps": 0, "sync": "sync",
+            "throughput": samples / step_s, "step_time_s": step_s,
+            "sync_time_s": statistics.fmean(syncs) if len(syncs) == len(gaps) else None,
+            "steps": len(gaps), "warmup_steps": warm, "network_gbps": setup.network_gbps,
+            "flops_per_sample": setup.flops_per_sample, "param_count": setup.param_count,
+            "precision": setup.precision, "tensor_count": setup.tensor_count, "source": setup.source,
+        })
+    return rows
+
+
+def local_setup(job: Any, *, example: str | None = None, plan: Any = None) -> RunSetup | None:
+    """The :class:`RunSetup` of a local job (``LocalJob``), or ``None`` when its samples per step
+    are unknown (a custom command whose batch is set in its own code, not by ``--global-batch``).
+
+    The model is the built-in example's (``example-<name>``, its FLOPs counted here), else the
+    plan's workload, else the command's script name. The device is what the workers pick
+    (``TrainConfig.device``): ``$SPOTTRAIN_DEVICE``, else CUDA device 0 when this machine has
+    one (the local backend gives every worker the same ``LOCAL_RANK``-less environment), else
+    the CPU.
+    """
+    env = {**os.environ, **job.env}
+    batch_text = env.get("SPOTTRAIN_GLOBAL_BATCH_SIZE")
+    flops = params = tensors = None
+    if example is not None:
+        from spottrain.runtime.examples import get_example
+
+        ex = get_example(example)
+        model = f"example-{ex.name}"
+        flops, params, tensors = _example_figures(ex)
+        batch = int(batch_text) if batch_text else ex.global_batch_size
+    else:
+        if not batch_text:
+            log.info("the job's global batch is set in its own code; no measurement rows (pass --global-batch)")
+            return None
+        batch = int(batch_text)
+        if plan is not None:
+            w = plan.workload
+            model, flops, params = w.model, w.flops_per_sample, w.param_count
+        else:
+            script = next((a for a in job.command[1:] if not a.startswith("-")), job.command[0])
+            model = Path(script).stem
+    gpu, shared = _worker_device(env.get("SPOTTRAIN_DEVICE", "auto"))
+    planned = env.get("SPOTTRAIN_PLANNED_WORLD_SIZE")
+    return RunSetup(model=model, global_batch_size=batch, gpu=gpu, gpus_shared=shared,
+                    rescale=env.get("SPOTTRAIN_RESCALE", "accumulate"),
+                    planned_world_size=int(planned) if planned else None, flops_per_sample=flops, param_count=params,
+                    tensor_count=tensors)
+
+
+def _worker_device(setting: str) -> tuple[str, bool]:
+    """(device name, whether the workers share it) for ``TrainConfig.device``."""
+    if setting == "cpu":
+        return "cpu", False
+    import torch
+
+    if not torch.cuda.is_available() or (setting != "auto" and not setting.startswith("cuda")):
+        return "cpu", False
+    index = int(setting.split(":")[1]) if ":" in setting else 0
+    name = torch.cuda.get_device_name(index)
+    from spottrain.profiler.device import catalog_gpu_spec
+
+    spec = catalog_gpu_spec(name)
+    return (spec.name if spec is not None else name.replace(" ", "-")), True
+
+
+def _example_figures(ex: Any) -> tuple[float, int, int]:
+    """(forward + backward FLOPs per sample, parameters, parameter tensors) of a built-in example."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from spottrain.runtime.examples import classification_loss
+
+    model = ex.model()
+    x, y = ex.dataset().get_batch([0, 1])
+    with FlopCounterMode(display=False) as counter:
+        classification_loss(model, (x, y)).backward()
+    params = list(model.parameters())
+    return counter.get_total_flops() / 2, int(sum(p.numel() for p in params)), len(params)
