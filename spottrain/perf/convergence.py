@@ -80,12 +80,37 @@ class LossCurve:
     workers: int = 1
     staleness: float | None = None
     """Convergence coefficient R; None = homogeneous async workers."""
+    noise_scale: tuple[float, ...] | None = None
+    """Gradient noise scale B_noise (samples) at each evaluation, when the run recorded it
+    (:mod:`spottrain.perf.batch_scaling` uses it); None = not measured."""
+    metric: str = "loss"
+    """The column the values came from: ``loss`` or ``error`` (kept as they are), or a
+    higher-is-better metric (``accuracy``, ``f1``, ``hit_rate``) kept as ``metric_full - value``."""
+    metric_full: float = 1.0
+    """The best possible value of a higher-is-better metric (1, or 100 for a percentage)."""
 
     @property
     def R(self) -> float:
         return homogeneous_R(self.workers) if self.staleness is None else float(self.staleness)
 
+    @property
+    def global_batch(self) -> float:
+        """Samples per step of a synchronous run: ``workers x batch_size``."""
+        return self.workers * self.batch_size
 
+    def to_loss(self, value: float) -> float:
+        """A target in the curve's own metric (accuracy 0.75, F1 88) as the lower-is-better value
+        the curve holds (0.25, 12)."""
+        return float(value) if self.metric in LOWER_IS_BETTER else self.metric_full - float(value)
+
+    def from_loss(self, loss: float) -> float:
+        """The inverse of :meth:`to_loss`."""
+        return float(loss) if self.metric in LOWER_IS_BETTER else self.metric_full - float(loss)
+
+
+LOWER_IS_BETTER = ("loss", "error")
+HIGHER_IS_BETTER = ("accuracy", "f1", "hit_rate")
+"""Value columns of a loss-curve table, by the direction their name declares."""
 FORMS = ("spotdnn", "staleness")
 DEFAULT_STALENESS = (0.5, 0.0)
 """(g4, g6) of the staleness form's first phase when the curves have one worker count there
@@ -475,11 +500,18 @@ def pool_runs(points: list[tuple[float, float, str]]) -> tuple[tuple[float, ...]
 def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve]:
     """Read a loss-curve CSV: one row per evaluation of a past run (see docs/formats.md).
 
-    Columns: ``step`` (global steps) and one of ``loss``, ``error`` or ``accuracy`` (a fraction;
-    fitted as error = 1 - accuracy); optional ``workers`` (default 1), ``batch_size`` (per-worker
-    batch of one update; default ``batch_size``), ``staleness`` (convergence coefficient R;
-    default: equal asynchronous workers), ``run`` (a label: runs of one configuration are pooled
-    by :func:`pool_runs`).
+    Columns: ``step`` (global steps) and one value column whose name declares its direction:
+    ``loss`` or ``error`` (lower is better), or ``accuracy`` (a fraction; fitted as error =
+    1 - accuracy), ``f1`` or ``hit_rate`` (a fraction, or a percentage when a value exceeds 1;
+    higher is better, kept as the shortfall from 1 or 100). Optional: ``workers`` (default 1),
+    ``batch_size`` (per-worker batch of one update; default ``batch_size``; a synchronous step
+    takes ``workers x batch_size`` samples), ``staleness`` (convergence coefficient R; default:
+    equal asynchronous workers), ``noise_scale`` (gradient noise scale in samples at that
+    evaluation, as Pollux / AdaptDL or McCandlish et al.'s B_simple measure it), ``run`` (a label:
+    runs of one configuration are pooled by :func:`pool_runs`). Other columns are ignored.
+
+    A curve whose values move against the declared direction overall (an ``accuracy`` that falls
+    from its first evaluations to its last: the column is probably mislabelled) is refused.
     Errors name the file, line and column.
     """
     from collections import defaultdict
@@ -487,21 +519,29 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
     from spottrain.perf.measurements import read_table
 
     header, table = read_table(path)
-    value_col = next((c for c in ("loss", "error", "accuracy") if c in header), None)
+    names = LOWER_IS_BETTER + HIGHER_IS_BETTER
+    value_col = next((c for c in names if c in header), None)
     if "step" not in header or value_col is None:
         missing = "step" if "step" not in header else "loss"
-        raise InputError(f"expected columns step and one of loss, error, accuracy; got {', '.join(header) or 'none'}",
+        raise InputError(f"expected columns step and one of {', '.join(names)}; got {', '.join(header) or 'none'}",
                          file=str(path), line=1, column=missing)
+    has_noise = "noise_scale" in header
     groups: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    noise: dict[tuple, list[tuple[float, float, str]]] = defaultdict(list)
+    last_line: dict[tuple, int] = {}
+    full = 1.0
     for i, row in table:
         where = (str(path), i)
         step = _cell(row, "step", where, allow_zero=True)
         value = _cell(row, value_col, where, allow_zero=True)
-        if value_col == "accuracy":
-            if value > 1.0:
-                raise InputError(f"expected an accuracy between 0 and 1, got {value:g}", file=str(path), line=i,
-                                 column="accuracy")
-            value = 1.0 - value
+        if value_col == "accuracy" and value > 1.0:
+            raise InputError(f"expected an accuracy between 0 and 1, got {value:g}", file=str(path), line=i,
+                             column="accuracy")
+        if value_col in HIGHER_IS_BETTER and value > 1.0:
+            full = 100.0
+            if value > 100.0:
+                raise InputError(f"expected a fraction or a percentage, got {value:g}", file=str(path), line=i,
+                                 column=value_col)
         workers = _cell(row, "workers", where, 1.0, integer=True)
         if "batch_size" in header and (row.get("batch_size") or "").strip():
             b = _cell(row, "batch_size", where)
@@ -511,14 +551,42 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
             raise InputError("expected a per-worker batch size here or a default (--batch-size)", file=str(path),
                              line=i, column="batch_size")
         r = _cell(row, "staleness", where, -1.0, allow_zero=True) if "staleness" in header else -1.0  # -1: none given
-        groups[(int(workers), float(b), r)].append((step, value, (row.get("run") or "").strip()))
+        key = (int(workers), float(b), r)
+        label = (row.get("run") or "").strip()
+        groups[key].append((step, value, label))
+        if has_noise:
+            noise[key].append((step, _cell(row, "noise_scale", where), label))
+        last_line[key] = i
     if not groups:
         raise InputError("the table has no data rows", file=str(path))
     curves = []
-    for (n, b, r), pts in sorted(groups.items()):
-        steps, losses = pool_runs(pts)
-        curves.append(LossCurve(steps=steps, losses=losses, batch_size=b, workers=n, staleness=None if r < 0 else r))
+    for key, pts in sorted(groups.items()):
+        n, b, r = key
+        steps, values = pool_runs(pts)
+        _check_direction(values, value_col, file=str(path), line=last_line[key])
+        losses = values if value_col in LOWER_IS_BETTER else tuple(full - v for v in values)
+        curves.append(LossCurve(steps=steps, losses=losses, batch_size=b, workers=n,
+                                staleness=None if r < 0 else r,
+                                noise_scale=pool_runs(noise[key])[1] if has_noise else None,
+                                metric=value_col, metric_full=full))
     return curves
+
+
+def _check_direction(values: tuple[float, ...], column: str, *, file: str, line: int) -> None:
+    """Refuse a curve that moves against the direction its column declares: the median of its
+    last third of evaluations is worse than the median of its first third (the whole curve when
+    it has fewer than three)."""
+    if len(values) < 2:
+        return
+    k = max(1, len(values) // 3)
+    first, last = float(np.median(values[:k])), float(np.median(values[-k:]))
+    higher = column in HIGHER_IS_BETTER
+    if (last < first) if higher else (last > first):
+        trend = "falls" if higher else "rises"
+        want = "higher" if higher else "lower"
+        raise InputError(f"this curve's {column} {trend} from {first:g} to {last:g} over the run, but {column} is "
+                         f"{want}-is-better: is the column mislabelled (loss vs accuracy)?", file=file, line=line,
+                         column=column)
 
 
 def _cell(row: dict, col: str, where: tuple[str, int], default: float | None = None, **rule) -> float:
