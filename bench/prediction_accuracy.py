@@ -290,6 +290,12 @@ def main() -> None:
             report(f"90 % interval coverage, held-out series ({name})", n, 100.0 * hit / n, math.nan, math.nan,
                    "~90", f"median width high/low {statistics.median(ratio):.2f} (the 'ours' column is % covered)")
 
+    # 8d. Steps to target at an unseen global batch size (synchronous; Pollux curves, leave one batch out).
+    from batch_convergence import rows as batch_convergence_rows  # bench/ is on sys.path
+
+    for row in batch_convergence_rows():
+        report(*row)
+
     # 9. Speed of predict_throughput.
     w = Workload.from_zoo("resnet50", 64)
     predict_throughput(w, "4xV100", ps=1, sync="async")
