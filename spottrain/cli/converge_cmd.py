@@ -34,21 +34,27 @@ def _boundaries(text: str) -> tuple[float, ...] | str | None:
 
 def converge(
     curves: Annotated[Path, typer.Option(help="Loss-curve CSV of past runs: step, loss|error|accuracy [, workers, batch_size, staleness, run].")],
-    target_loss: Annotated[list[float], typer.Option("--target-loss", help="Loss (or error) to reach; repeat for several.")],
+    target_loss: Annotated[list[float] | None, typer.Option("--target-loss", help="Loss (or error = 1 - accuracy) to reach; repeat for several.")] = None,
+    target: Annotated[list[float] | None, typer.Option("--target", help="Instead of --target-loss: a value of the curves' own metric to reach (accuracy 0.75, F1 88, loss 0.2); repeat for several.")] = None,
     workers: Annotated[list[int] | None, typer.Option("--workers", help="Worker counts to predict; repeat (default: those in the curves).")] = None,
+    global_batch: Annotated[list[int] | None, typer.Option("--global-batch", help="With --sync sync: global batch sizes to predict; repeat (default: --workers x --batch-size, else the curves' own).")] = None,
     batch_size: Annotated[float | None, typer.Option(help="Per-worker batch of the curves without a batch_size column, and of the predictions.")] = None,
     sync: Annotated[str, typer.Option(help="async (parameter server: N - 1 updates stale) or sync (global batch N x b, no staleness).")] = "async",
     form: Annotated[str, typer.Option(help="staleness (default) or spotdnn (the published loss model).")] = "staleness",
     lr_boundaries: Annotated[str, typer.Option(help="auto (find learning-rate drops), none, or global steps 32000,48000.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
 ) -> None:
-    """Predict global steps and samples to reach a target loss for other worker counts.
+    """Predict global steps and samples to reach a target loss for other worker counts or batch sizes.
 
-    Fits the convergence model (spotDNN's loss model, or its staleness form per learning-rate
-    phase) on the curves, then answers for each target and worker count.
+    Asynchronous (parameter-server) training: fits the convergence model (spotDNN's loss model,
+    or its staleness form per learning-rate phase) and answers per worker count. Synchronous
+    training with curves at two or more global batch sizes, or with a noise_scale column: fits the
+    batch-size model (gradient noise scale + large-batch law, spottrain.perf.batch_scaling) and
+    answers per global batch (more workers at the same per-worker batch = a larger global batch).
 
     Example:
       spottrain converge --curves runs.csv --target-loss 0.15 --workers 8 --workers 16
+      spottrain converge --curves pollux_cifar10.csv --sync sync --target 0.85 --global-batch 768
     """
     from spottrain.perf.convergence import FORMS, ConvergenceModel, read_loss_curves
 
@@ -56,14 +62,33 @@ def converge(
         raise InputError(f"expected sync or async, got {sync!r}", column="--sync")
     if form not in FORMS:
         raise InputError(f"expected one of {', '.join(FORMS)}, got {form!r}", column="--form")
-    if not target_loss or any(not math.isfinite(t) or t <= 0 for t in target_loss):
+    if (target_loss is None) == (target is None):
+        raise InputError("give --target-loss L (loss or error) or --target V (a value of the curves' metric)",
+                         column="--target-loss")
+    if target_loss is not None and any(not math.isfinite(t) or t <= 0 for t in target_loss):
         raise InputError(f"expected losses > 0, got {target_loss}", column="--target-loss")
+    if target is not None and any(not math.isfinite(t) for t in target):
+        raise InputError(f"expected finite values, got {target}", column="--target")
     if workers and any(n < 1 for n in workers):
         raise InputError(f"expected worker counts >= 1, got {workers}", column="--workers")
+    if global_batch and any(b < 1 for b in global_batch):
+        raise InputError(f"expected global batch sizes >= 1, got {global_batch}", column="--global-batch")
+    if global_batch and sync != "sync":
+        raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if batch_size is not None and not batch_size > 0:
         raise InputError(f"expected a batch size > 0, got {batch_size:g}", column="--batch-size")
     bounds = _boundaries(lr_boundaries)
     data = read_loss_curves(curves, batch_size=batch_size)
+    if target is not None:
+        losses = [data[0].to_loss(v) for v in target]
+        if any(not v > 0 for v in losses):
+            best = data[0].from_loss(0.0)
+            raise InputError(f"expected targets short of the perfect {data[0].metric} {best:g}, got {target}",
+                             column="--target")
+        target_loss = losses
+    if sync == "sync" and uses_batch_model(data):
+        _converge_batch(curves, data, target_loss, workers, global_batch, batch_size, as_json)
+        return
     with err.status("fitting the convergence model ...", spinner="dots"):
         model = ConvergenceModel(lr_boundaries=bounds, form=form).fit(data)
     b = batch_size or data[0].batch_size
@@ -116,6 +141,70 @@ def converge(
                   f"{r['steps']:,.0f}" if reach else "not reached",
                   f"{r['steps_low']:,.0f} - {r['steps_high']:,.0f}" if reach else "-",
                   f"{r['samples']:,.0f}" if reach else "-", note.strip())
+    Console().print(t)
+
+
+def uses_batch_model(data) -> bool:
+    """Whether synchronous predictions from these curves use the batch-size model: two or more
+    global batch sizes, or a recorded gradient noise scale."""
+    return len({c.global_batch for c in data}) >= 2 or all(c.noise_scale is not None for c in data)
+
+
+def _converge_batch(path, data, target_loss, workers, global_batch, batch_size, as_json) -> None:
+    """Synchronous predictions per global batch from the batch-size model."""
+    import warnings
+
+    from spottrain.perf.batch_scaling import BatchScalingModel
+    from spottrain.perf.throughput import ExtrapolationWarning
+
+    model = BatchScalingModel().fit(data)
+    if global_batch:
+        batches = [(float(b), None) for b in global_batch]
+    elif workers:
+        b = batch_size or data[0].batch_size
+        batches = [(b * n, n) for n in workers]
+    else:
+        batches = [(b, None) for b in model.batch_sizes_]
+    batches = sorted(set(batches))
+    out, notes = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ExtrapolationWarning)
+        for t in target_loss:
+            for b, n in batches:
+                steps = model.steps_to_target(t, batch_size_global=b)
+                low, high = model.steps_interval(t, batch_size_global=b)
+                fin = math.isfinite(steps)
+                out.append({"target_loss": t, "target": data[0].from_loss(t), "metric": data[0].metric,
+                            "global_batch": b, "workers": n, "sync": "sync",
+                            "steps": steps if fin else None, "steps_low": low if fin else None,
+                            "steps_high": high if fin else None, "samples": steps * b if fin else None,
+                            "extrapolated": model.extrapolation_doublings(b) > 0})
+    notes = [str(w.message) for w in caught if issubclass(w.category, ExtrapolationWarning)]
+    q = model.steps_log_error_q90()
+    how = ("its own errors on held-out batch sizes" if model.steps_interval_is_calibrated()
+           else "the shipped Pollux curves' errors (give curves of 3+ batch sizes to calibrate it)")
+    basis = ("the gradient noise scale and the large-batch law" if model.uses_noise_scale_
+             else "the large-batch law S(B) = S_min (1 + B_noise / B)")
+    if as_json:
+        print(json.dumps({"curves": str(path), "model": "batch_scaling", "batch_sizes": list(model.batch_sizes_),
+                          "uses_noise_scale": model.uses_noise_scale_, "steps_log_error_q90": q,
+                          "steps_interval_is_calibrated": model.steps_interval_is_calibrated(),
+                          "warnings": notes, "predictions": out}, indent=1))
+        return
+    for note in notes:
+        err.print(f"[yellow]warning:[/] {note}", highlight=False)
+    metric = data[0].metric
+    t = Table(box=box.SIMPLE_HEAD, title=f"steps to target (sync, batch-size model: {basis})",
+              caption=f"fitted on global batches {', '.join(f'{b:g}' for b in model.batch_sizes_)}\n"
+                      f"~90 % interval: x/{math.exp(q):.2f} inside the measured batches (wider outside), from {how}")
+    for c in (metric, "global batch", "workers", "steps", "~90 % interval", "samples", "note"):
+        t.add_column(c, justify="left" if c == "note" else "right")
+    for r in out:
+        reach = r["steps"] is not None
+        t.add_row(f"{r['target']:g}", f"{r['global_batch']:g}", "-" if r["workers"] is None else str(r["workers"]),
+                  f"{r['steps']:,.0f}" if reach else "not reached",
+                  f"{r['steps_low']:,.0f} - {r['steps_high']:,.0f}" if reach else "-",
+                  f"{r['samples']:,.0f}" if reach else "-", "extrapolated" if r["extrapolated"] else "")
     Console().print(t)
 
 
