@@ -17,16 +17,25 @@ from spottrain.errors import InputError
 err = Console(stderr=True)
 
 
-def _fit(measurements: Path | None, *, folds: int = 5):
-    """The model fitted on a user table (with the shipped calibration as prior), or the shipped one."""
+def _fit(measurements: Path | None, *, folds: int = 5, own=None):
+    """The model fitted on a user table and/or the own runs' rows (with the shipped calibration
+    as prior), or the shipped one."""
     from spottrain.perf import ThroughputModel, default_model, read_measurements
 
     with err.status("calibrating the performance model ...", spinner="dots"):
         base = default_model()
-        if measurements is None:
+        if measurements is None and not own:
             return base
-        rows = read_measurements(measurements)
+        rows = read_measurements(measurements) if measurements is not None else []
+        if own:
+            from spottrain.perf.own_runs import refit_with_own_rows
+
+            return refit_with_own_rows(base, own, rows, folds=folds)
         return ThroughputModel(prior=base, folds=folds if len(rows) >= 10 else 0).fit(rows)
+
+
+def _echo(text: str, warning: bool) -> None:
+    err.print(("[yellow]warning:[/] " if warning else "") + text, highlight=False, markup=warning, soft_wrap=True)
 
 
 def predict(
@@ -43,6 +52,7 @@ def predict(
     network_gbps: Annotated[float | None, typer.Option(help="Per-node network bandwidth (default: the GPU's usual instance).")] = None,
     precision: Annotated[str, typer.Option(help="fp32 or fp16 (mixed precision) for --model.")] = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
+    from_store: Annotated[bool | None, typer.Option("--from-store/--no-from-store", help="Add the measured rows of your own runs (spottrain run) of this model to the fit; default: on when the store has some.")] = None,
 ) -> None:
     """Predict training throughput (samples/s) of a cluster, with interval and bottleneck.
 
@@ -57,7 +67,9 @@ def predict(
         if out is not None and out.exists() and not force:
             raise InputError("exists; pass --force to overwrite", file=str(out), column="--out")
         qrows = read_measurements(queries, query=True)
-        fitted = _fit(measurements)
+        from spottrain.perf.own_runs import cli_own_runs
+
+        fitted = _fit(measurements, own=cli_own_runs(from_store, [q.model for q in qrows], echo=_echo))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExtrapolationWarning)
             preds = fitted.predict(qrows)
@@ -89,7 +101,15 @@ def predict(
         workload = Workload.from_profile(data, batch_size)
     else:
         workload = Workload.from_zoo(model, batch_size, precision=precision)
-    fitted = _fit(measurements)
+    from spottrain.perf.own_runs import cli_own_runs
+
+    own = cli_own_runs(from_store, workload.model, echo=_echo, cluster=cluster, batch_size=workload.batch_size,
+                       precision=workload.precision)
+    if own and workload.step_time_s_ref:  # the runs' rows are fitted; a profile's one step time would override them
+        import dataclasses
+
+        workload = dataclasses.replace(workload, step_time_s_ref=None, ref_gpu=None)
+    fitted = _fit(measurements, own=own)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ExtrapolationWarning)
         pred = predict_throughput(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=fitted)

@@ -1,0 +1,229 @@
+"""Measurements of the user's own runs, read back from the store for ``predict``, ``plan`` and
+``converge`` (``--from-store``, on by default when matching rows exist).
+
+``spottrain run`` stores each run's steady-state throughput per world size
+(:mod:`spottrain.runtime.record`). This module loads the rows that match or are near a query
+and returns them as :class:`~spottrain.perf.measurements.Measurement` rows, nearest first:
+
+- ``same cluster``: same model, GPU type, worker count and per-GPU batch;
+- ``same GPU``: same model on a GPU type of the query (other worker counts or batches);
+- ``same model``: same model on other GPUs (they inform the model's own efficiency).
+
+Rows of another model, or measured on a device the performance model cannot price (the CPU
+of a local test run), are not returned. A stored row that does not validate (a batch of 0, an
+all-reduce longer than its step, an unknown GPU ...) is skipped with a note naming its id and
+column, never raised. Nothing here creates or upgrades a store: a missing store is no rows.
+
+>>> runs = own_rows("resnet50", cluster="4xV100", store_path="/nonexistent/spottrain.db")
+>>> runs.rows, runs.exists
+([], False)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from spottrain.errors import InputError, SpottrainError
+from spottrain.perf.measurements import Measurement, parse_row
+from spottrain.types import ClusterSpec
+
+RELATIONS = ("same cluster", "same GPU", "same model")
+"""How near a stored row is to the query, nearest first."""
+
+MAX_ROWS = 200
+"""Most rows returned (the nearest; a store of many runs need not all enter a fit)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnRuns:
+    """Stored rows near a query, and what was left out."""
+
+    store_path: Path
+    exists: bool
+    """Whether there is a store file at ``store_path``."""
+    rows: list[Measurement] = field(default_factory=list)
+    """Usable rows, nearest first; ``extra`` holds ``run_id``, ``relation``, ``sync_time_s``, ``measured_at``."""
+    skipped: list[str] = field(default_factory=list)
+    """One line per stored row (or store) that could not be used, and why."""
+    other_devices: int = 0
+    """Rows of the model measured on a device the model cannot price (e.g. the CPU)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def describe(self, *, limit: int = 3) -> str:
+        """The one line a command prints: ``using 3 measured rows from your runs in PATH: ...``."""
+        n = len(self.rows)
+        parts = []
+        for m in self.rows[:limit]:
+            parts.append(f"{m.model} batch {m.batch_size} on {m.cluster} {m.throughput:,.1f} samples/s "
+                         f"({m.extra.get('relation')}, run {m.extra.get('run_id')})")
+        more = f"; +{n - limit} more" if n > limit else ""
+        return f"using {n} measured row{'s' if n != 1 else ''} from your runs in {self.store_path}: " + "; ".join(parts) + more
+
+
+def store_location(store_path: str | os.PathLike[str] | None = None) -> Path:
+    """The store a read-only command looks in: ``store_path``, ``$SPOTTRAIN_STORE`` or the default."""
+    from spottrain.store import default_store_path
+
+    return Path(store_path).expanduser() if store_path is not None else default_store_path()
+
+
+def _model_key(name: str) -> str:
+    try:
+        from spottrain.profiler.zoo_info import canonical_model
+
+        return canonical_model(name)
+    except (ImportError, SpottrainError):
+        return name.strip().lower()
+
+
+def _gpu_name(name: str) -> str | None:
+    from spottrain.perf.hardware import device
+
+    try:
+        return device(name).name
+    except SpottrainError:
+        return None
+
+
+def _to_measurement(raw: dict, path: Path) -> Measurement:
+    """Validate one stored row as the measurement table's reader would; raises InputError."""
+    def text(col: str) -> str:
+        v = raw.get(col)
+        return "" if v is None else str(v)
+
+    cells = {c: text(c) for c in ("model", "batch_size", "cluster", "ps", "sync", "throughput", "network_gbps",
+                                  "flops_per_sample", "param_count", "precision", "tensor_count")}
+    where = {"file": str(path), "line": None}
+    m = parse_row(cells, **where)
+    step, sync_s = raw.get("step_time_s"), raw.get("sync_time_s")
+    if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
+        raise InputError(f"expected a step time > 0, got {step!r}", **where, column="step_time_s")
+    if sync_s is not None:
+        if not isinstance(sync_s, (int, float)) or not math.isfinite(sync_s) or sync_s < 0:
+            raise InputError(f"expected an all-reduce time >= 0, got {sync_s!r}", **where, column="sync_time_s")
+        if sync_s > step:
+            raise InputError(f"all-reduce time {sync_s:g} s is longer than the step time {step:g} s",
+                             **where, column="sync_time_s")
+    extra = {"run_id": text("run_id"), "measured_at": text("created_at"), "step_time_s": f"{step:.6g}",
+             "sync_time_s": "" if sync_s is None else f"{sync_s:.6g}"}
+    return replace(m, extra=extra)
+
+
+def own_rows(model: str | list[str] | None, *, cluster: ClusterSpec | str | None = None, batch_size: int | None = None,
+             precision: str | None = None, store_path: str | os.PathLike[str] | None = None,
+             max_rows: int = MAX_ROWS) -> OwnRuns:
+    """Stored measurements of ``model`` (or of any of a list of models; all models when
+    ``None``) near ``cluster`` and ``batch_size``, nearest first (see the module docstring).
+    Reads the store read-only."""
+    path = store_location(store_path)
+    if not path.is_file():
+        return OwnRuns(store_path=path, exists=False)
+    from spottrain.store import Store
+
+    try:
+        with Store(path, read_only=True) as store:
+            raw_rows = store.measurements()
+    except SpottrainError as exc:  # a newer schema, a file that is not a store: say so, use nothing
+        return OwnRuns(store_path=path, exists=True, skipped=[f"store not read: {exc}"])
+    except Exception as exc:  # noqa: BLE001 - e.g. a store locked or corrupted mid-file
+        return OwnRuns(store_path=path, exists=True, skipped=[f"store not read: {path}: {exc}"])
+    models = [model] if isinstance(model, str) else model
+    want_models = {_model_key(m) for m in models} if models else None
+    if isinstance(cluster, str):
+        cluster = ClusterSpec.parse(cluster)
+    want_gpus = {_gpu_name(g.gpu) for g in cluster.groups} - {None} if cluster is not None else set()
+    want_workers = cluster.total_gpus if cluster is not None else None
+    scored: list[tuple[tuple, Measurement]] = []
+    skipped: list[str] = []
+    other_devices = 0
+    for raw in raw_rows:
+        name = raw.get("model")
+        if want_models is not None and (not isinstance(name, str) or _model_key(name) not in want_models):
+            continue
+        gpu = _gpu_name(str(raw.get("gpu") or ""))
+        if gpu is None:
+            # Measured on the CPU (a local test run) or a device the model cannot price.
+            other_devices += 1
+            continue
+        try:
+            m = _to_measurement(raw, path)
+        except SpottrainError as exc:
+            skipped.append(f"stored measurement {raw.get('id')} (run {raw.get('run_id')}) skipped: {exc}")
+            continue
+        if precision is not None and m.precision != precision:
+            continue
+        same_gpu = not want_gpus or gpu in want_gpus
+        same_size = want_workers is None or m.cluster.total_gpus == want_workers
+        same_batch = batch_size is None or m.batch_size == batch_size
+        relation = "same cluster" if same_gpu and same_size and same_batch else ("same GPU" if same_gpu else "same model")
+        distance = (RELATIONS.index(relation),
+                    abs(math.log(m.cluster.total_gpus / want_workers)) if want_workers else 0.0,
+                    abs(math.log(m.batch_size / batch_size)) if batch_size else 0.0,
+                    -int(raw.get("id") or 0))  # newer first among equals
+        scored.append((distance, replace(m, extra={**m.extra, "relation": relation})))
+    scored.sort(key=lambda x: x[0])
+    return OwnRuns(store_path=path, exists=True, rows=[m for _, m in scored[:max_rows]], skipped=skipped,
+                   other_devices=other_devices)
+
+
+def refit_with_own_rows(base, own: OwnRuns, rows: list[Measurement] | None = None, *, folds: int = 5):
+    """A :class:`~spottrain.perf.throughput.ThroughputModel` fitted on ``rows`` (a user table, may
+    be empty) plus the own runs' rows, with ``base`` (the shipped calibration) as prior, as
+    ``predict --measurements`` fits a user table. Own rows are measured on the user's own
+    cluster, so they enter as they are: the fit moves the prediction of a measured
+    configuration to (near) its measured value."""
+    from spottrain.perf.throughput import ThroughputModel
+
+    table = list(rows or []) + list(own.rows)
+    model = ThroughputModel(prior=base, folds=folds if len(table) >= 10 else 0).fit(table)
+    if len(table) < 10:
+        # Too few rows to cross-validate: the in-sample residuals of a handful of rows say
+        # nothing about configurations not measured; keep the prior's interval width.
+        model.interval_log_ = max(model.interval_log_, base.interval_log_)
+    return model
+
+
+def calibrated_workload(workload, own: OwnRuns):
+    """``workload`` with its reference step time taken from the nearest one-GPU row of the same
+    batch size (the calibration path a profile takes), and the row used; ``(workload, None)``
+    when no such row exists. A one-GPU run's step time holds no communication, so it calibrates
+    the model's compute time for this workload exactly as a profile does."""
+    for m in own.rows:
+        if m.cluster.total_gpus == 1 and m.batch_size == workload.batch_size and m.ps == 0:
+            step = m.batch_size / m.throughput
+            return replace(workload, step_time_s_ref=step, ref_gpu=m.cluster.groups[0].gpu), m
+    return workload, None
+
+
+def cli_own_runs(flag: bool | None, model: str | list[str], *, echo, cluster: ClusterSpec | str | None = None,
+                 batch_size: int | None = None, precision: str | None = None) -> OwnRuns | None:
+    """What ``--from-store/--no-from-store`` does in a command: the rows to use, or ``None``.
+
+    ``flag`` ``None`` (the default) uses matching rows when there are some and says nothing
+    otherwise; ``True`` also says when there are none; ``False`` reads nothing. ``echo(text,
+    warning)`` prints a line (skipped rows are warnings; the ``using N measured rows ...`` line
+    is not). A missing store is not created.
+    """
+    if flag is False:
+        return None
+    own = own_rows(model, cluster=cluster, batch_size=batch_size, precision=precision)
+    for line in own.skipped:
+        echo(line, True)
+    if own.rows:
+        echo(own.describe(), False)
+        return own
+    if flag:
+        names = model if isinstance(model, str) else ", ".join(sorted(set(model)))
+        if not own.exists:
+            echo(f"--from-store: no store at {own.store_path} yet (spottrain run writes one)", True)
+        elif own.other_devices:
+            echo(f"--from-store: your runs of {names} in {own.store_path} ran on a device the performance model "
+                 f"cannot price (e.g. the CPU); none used", True)
+        else:
+            echo(f"--from-store: no measured rows of {names} in {own.store_path}", True)
+    return None
