@@ -86,7 +86,9 @@ def converge(
             raise InputError(f"expected targets short of the perfect {data[0].metric} {best:g}, got {target}",
                              column="--target")
         target_loss = losses
-    if sync == "sync" and uses_batch_model(data):
+    from spottrain.perf.batch_scaling import applies_to
+
+    if sync == "sync" and applies_to(data):
         _converge_batch(curves, data, target_loss, workers, global_batch, batch_size, as_json)
         return
     with err.status("fitting the convergence model ...", spinner="dots"):
@@ -142,12 +144,6 @@ def converge(
                   f"{r['steps_low']:,.0f} - {r['steps_high']:,.0f}" if reach else "-",
                   f"{r['samples']:,.0f}" if reach else "-", note.strip())
     Console().print(t)
-
-
-def uses_batch_model(data) -> bool:
-    """Whether synchronous predictions from these curves use the batch-size model: two or more
-    global batch sizes, or a recorded gradient noise scale."""
-    return len({c.global_batch for c in data}) >= 2 or all(c.noise_scale is not None for c in data)
 
 
 def _converge_batch(path, data, target_loss, workers, global_batch, batch_size, as_json) -> None:

@@ -14,8 +14,11 @@ batch ``B`` step by step::
 
     S_B(target) = integral over the run's steps i up to S_k(target) of (B_k / B) (phi(i) + B) / (phi(i) + B_k)
 
-Each measured curve gives such an estimate; they are averaged in log steps, the curves of
-batches nearer ``B`` weighted more (``1 / (|ln(B / B_k)| + 0.1)``).
+Each measured curve gives such an estimate; they are averaged in log steps with equal weights.
+(Weighting the curves of batches nearer ``B`` more was no more accurate on the Pollux curves, and
+weights that move with ``B`` can make the steps rise with the batch; equal weights keep the two
+properties the planner relies on: steps never rise and samples never fall as ``B`` grows, since
+each curve's estimate has them.)
 
 **The large-batch law per target**: ``S(B) = S_min (1 + B_noise / B)``, linear in ``1 / B``,
 fitted (``S_min, B_noise >= 0``, relative least squares) on the measured steps of the curves that
@@ -44,8 +47,6 @@ from spottrain.errors import InputError, NotFittedError
 from spottrain.perf.convergence import LossCurve, first_crossing
 from spottrain.perf.throughput import ExtrapolationWarning
 
-NEAR_WEIGHT = 0.1
-"""The 0.1 in the weight ``1 / (|ln(B / B_k)| + 0.1)`` of curve k's estimate at batch B."""
 DEFAULT_STEPS_LOG_Q90 = 0.20
 """Half-width (log steps) of the interval inside the measured batch range when the curves hold
 too few batch sizes to calibrate it (fewer than three, or fewer than five held-out targets): the
@@ -57,6 +58,13 @@ shipped Pollux curves, held out at their end batches (one doubling out), show no
 inside (pooled rate ~0); beyond that the data cannot say, so the interval widens at least by this
 (x 1.1 per doubling), more when the model's own held-out end batches show a higher rate."""
 CALIBRATION_FRACTIONS = (0.5, 0.7, 0.85, 0.95)
+
+
+def applies_to(curves) -> bool:
+    """Whether synchronous predictions from ``curves`` use this model: two or more global batch
+    sizes, or a recorded gradient noise scale (else a curve of one batch says nothing about others)."""
+    cs = list(curves)
+    return bool(cs) and (len({c.global_batch for c in cs}) >= 2 or all(c.noise_scale is not None for c in cs))
 
 
 def batch_targets(curves, fractions=CALIBRATION_FRACTIONS) -> tuple[float, ...]:
@@ -166,9 +174,7 @@ class BatchScalingModel:
             by_batch.setdefault(c.global_batch, []).append(s)
         grad = None
         if self.uses_noise_scale_:
-            logs = [(1.0 / (abs(math.log(batch / c.global_batch)) + NEAR_WEIGHT), math.log(_translate(c, s, batch)))
-                    for c, s in reached]
-            grad = sum(w * v for w, v in logs) / sum(w for w, _ in logs)
+            grad = float(np.mean([math.log(_translate(c, s, batch)) for c, s in reached]))
         law = None
         if len(by_batch) >= 2:
             bs = np.array(sorted(by_batch))
