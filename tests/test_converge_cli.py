@@ -98,3 +98,68 @@ def test_bad_options(tmp_path, capsys):
         assert code == 2 and where in err
     code, _, err = run(capsys, "converge", "--curves", str(tmp_path / "missing.csv"), "--target-loss", "0.1")
     assert code == 2 and "file not found" in err
+
+
+
+def _pollux_path(name="cifar10"):
+    from importlib import resources
+
+    return str(resources.files("spottrain").joinpath("data", "measurements", "curves", f"pollux_{name}.csv"))
+
+
+def test_sync_curves_at_several_batches_use_the_batch_model_per_global_batch(capsys):
+    """--sync sync with the Pollux CIFAR-10 runs: one row per global batch, the library's answer,
+    accuracy targets in the curve's own metric."""
+    from spottrain.perf.batch_scaling import BatchScalingModel
+
+    path = _pollux_path()
+    code, out, err = run(capsys, "converge", "--curves", path, "--sync", "sync", "--target", "0.85",
+                         "--workers", "3", "--workers", "6", "--batch-size", "256", "--json")
+    assert code in (0, None), err
+    doc = json.loads(out)
+    assert doc["model"] == "batch_scaling" and doc["uses_noise_scale"] and doc["warnings"] == []
+    lib = BatchScalingModel().fit(read_loss_curves(path))
+    rows = doc["predictions"]
+    assert [(r["workers"], r["global_batch"]) for r in rows] == [(3, 768), (6, 1536)]
+    for r in rows:
+        assert r["target"] == pytest.approx(0.85) and r["target_loss"] == pytest.approx(0.15)
+        assert r["steps"] == pytest.approx(lib.steps_to_target(0.15, batch_size_global=r["global_batch"]))
+        assert r["samples"] == pytest.approx(r["steps"] * r["global_batch"])
+        assert r["steps_low"] < r["steps"] < r["steps_high"] and not r["extrapolated"]
+    assert rows[1]["steps"] < rows[0]["steps"] < 2 * rows[1]["steps"]  # fewer steps, not half as many
+
+
+def test_sync_extrapolated_batch_warns_once_and_widens(capsys):
+    path = _pollux_path()
+    code, out, err = run(capsys, "converge", "--curves", path, "--sync", "sync", "--target", "0.85",
+                         "--target", "0.9", "--global-batch", "2048", "--global-batch", "16384", "--global-batch", "65536")
+    assert code in (0, None)
+    assert err.count("warning:") == 1 and "outside the measured batch sizes 128-4096" in err
+    assert "extrapolated" in out and "16384" in out and "65536" in out
+    code, out, _ = run(capsys, "converge", "--curves", path, "--sync", "sync", "--target", "0.85",
+                       "--global-batch", "2048", "--global-batch", "16384", "--json")
+    inside, far = json.loads(out)["predictions"]
+    assert far["extrapolated"] and not inside["extrapolated"]
+    assert far["steps_high"] / far["steps_low"] > inside["steps_high"] / inside["steps_low"]
+
+
+@pytest.mark.parametrize("text, where", [
+    ("step,accuracy,batch_size\n100,0.5,256\n200,0.6,0\n", "line 3, column batch_size"),
+    ("step,accuracy,batch_size\n100,0.8,256\n200,0.7,256\n300,0.5,256\n", "line 4, column accuracy"),
+])
+def test_sync_bad_curve_rows_are_one_line_exit_2(tmp_path, capsys, text, where):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    code, out, err = run(capsys, "converge", "--curves", str(path), "--sync", "sync", "--target", "0.55")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and str(path) in err and where in err
+
+
+def test_target_options_are_checked(capsys):
+    path = _pollux_path("bert")
+    code, _, err = run(capsys, "converge", "--curves", path, "--sync", "sync")
+    assert code == 2 and "--target" in err
+    code, _, err = run(capsys, "converge", "--curves", path, "--sync", "sync", "--target", "100")
+    assert code == 2 and "short of the perfect f1 100" in err
+    code, _, err = run(capsys, "converge", "--curves", path, "--target", "88", "--global-batch", "64")
+    assert code == 2 and "--sync sync" in err
