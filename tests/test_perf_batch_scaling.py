@@ -165,3 +165,15 @@ def test_bad_curve_rows_name_file_line_and_column(tmp_path, text, line, column, 
     with pytest.raises(InputError) as exc:
         read_loss_curves(path, batch_size=32)
     assert str(exc.value).startswith(f"{path}, line {line}, column {column}: ") and msg in str(exc.value)
+
+
+def test_asynchronous_runs_are_not_batch_size_curves():
+    """Parameter-server runs of several workers (staleness not given) are the staleness model's;
+    several synchronous workers (staleness 0) count as a global batch of workers x batch_size."""
+    async_runs = [LossCurve(steps=(100, 200, 300), losses=(0.5, 0.3, 0.2), batch_size=128, workers=n) for n in (1, 2, 4)]
+    assert not applies_to(async_runs)
+    with pytest.raises(InputError, match="asynchronous run"):
+        BatchScalingModel().fit(async_runs)
+    sync_runs = [LossCurve(steps=(100, 200, 300), losses=(0.5, 0.3, 0.2), batch_size=128, workers=n, staleness=0.0)
+                 for n in (1, 2, 4)]
+    assert applies_to(sync_runs) and BatchScalingModel().fit(sync_runs).batch_sizes_ == (128, 256, 512)

@@ -60,11 +60,19 @@ inside (pooled rate ~0); beyond that the data cannot say, so the interval widens
 CALIBRATION_FRACTIONS = (0.5, 0.7, 0.85, 0.95)
 
 
+def is_synchronous(curve: LossCurve) -> bool:
+    """A run without staleness: one worker, or several with ``staleness`` 0 (a curve of several
+    workers with no staleness given is an asynchronous parameter-server run)."""
+    return curve.workers == 1 or curve.staleness == 0
+
+
 def applies_to(curves) -> bool:
-    """Whether synchronous predictions from ``curves`` use this model: two or more global batch
-    sizes, or a recorded gradient noise scale (else a curve of one batch says nothing about others)."""
+    """Whether synchronous predictions from ``curves`` use this model: synchronous runs at two or
+    more global batch sizes, or with a recorded gradient noise scale (one run of one batch without
+    it says nothing about other batches)."""
     cs = list(curves)
-    return bool(cs) and (len({c.global_batch for c in cs}) >= 2 or all(c.noise_scale is not None for c in cs))
+    return (bool(cs) and all(isinstance(c, LossCurve) and is_synchronous(c) for c in cs)
+            and (len({c.global_batch for c in cs}) >= 2 or all(c.noise_scale is not None for c in cs)))
 
 
 def batch_targets(curves, fractions=CALIBRATION_FRACTIONS) -> tuple[float, ...]:
@@ -145,6 +153,10 @@ class BatchScalingModel:
                 raise InputError("a curve has no points, or steps and losses differ in length")
             if not c.batch_size > 0:
                 raise InputError(f"expected a batch size > 0, got {c.batch_size:g}")
+            if not is_synchronous(c):
+                raise InputError(f"a curve of {c.workers} workers with staleness "
+                                 f"{'not given' if c.staleness is None else f'{c.staleness:g}'} is an asynchronous "
+                                 "run; the batch-size model takes synchronous runs (one worker, or staleness 0)")
         if self.critical_batch is not None and not self.critical_batch > 0:
             raise InputError(f"expected a critical batch > 0, got {self.critical_batch!r}")
         self.curves_ = tuple(cs)
