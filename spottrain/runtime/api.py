@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -37,7 +38,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from spottrain.errors import InputError
 from spottrain.runtime.checkpoint import Checkpointer
-from spottrain.runtime.elastic import EXIT_LEFT, ElasticClient
+from spottrain.runtime.elastic import (EXIT_FENCED, EXIT_LEFT, EXIT_STOPPED, ElasticClient, cut_sockets,
+                                       socket_inodes)
 from spottrain.runtime.sampler import DeterministicSampler, shard
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,14 @@ class TrainConfig:
     """How long a notified worker waits for the policy's decision before leaving anyway."""
     run_dir: str | None = None
     """Where each worker appends its JSON-lines event log (``events-<worker>.jsonl``)."""
+    controller_grace_s: float = 10.0
+    """A worker that hears nothing from its controller this long checkpoints (rank 0) and exits."""
+    exit_grace_s: float = 10.0
+    """Once it must exit (controller lost or stopping), a worker is gone within this long, whatever
+    it was blocked in."""
+    confirm_s: float = 5.0
+    """How long a worker whose collective failed waits for the controller to confirm a membership
+    change before treating the error as its own (and failing the job)."""
 
     @classmethod
     def from_env(cls, **defaults: Any) -> "TrainConfig":
@@ -144,6 +154,15 @@ class Trainer:
         self._last_ckpt_t = time.monotonic()
         self._last_ckpt_step = -1
         self._events = None
+        self._heartbeat: Any = None
+        self._lock = threading.Lock()
+        self._group_socks: set[int] = set()
+        self._group_gen = -1
+        self._cut_gen = -1
+        self._ctl_gen = -1
+        self._abort_req = -1
+        self._stopping: str | None = None
+        self._released: bool | None = None
         if config.run_dir:
             Path(config.run_dir).mkdir(parents=True, exist_ok=True)
             self._events = open(Path(config.run_dir) / f"events-{self.worker_id}.jsonl", "a", buffering=1)
@@ -182,17 +201,28 @@ class Trainer:
         self._elastic = ElasticClient.from_env()
         self._resume_from_checkpoint()
         if self._elastic is not None:
+            self._start_heartbeat()
             self._elastic.register()
         try:
             self._loop()
+        except BaseException as exc:
+            if self._elastic is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                self._event("error", type=type(exc).__name__, step=self.step)
+                self._elastic.report_error(exc)
+            raise
         finally:
+            if self._heartbeat is not None:
+                self._heartbeat.bye("done")
             if self.checkpointer is not None:
                 self.checkpointer.close()
             self._teardown()
 
     def _loop(self) -> None:
         formed = False
+        failures = 0
         while True:
+            if self._stopping is not None:
+                self._stop_now()
             try:
                 if not formed:
                     self._form()
@@ -202,10 +232,20 @@ class Trainer:
                     return
                 self._train_step()
                 self._boundary()
-            except (_Membership, RuntimeError, TimeoutError) as exc:
-                if self._elastic is None or self._world_is_local_error(exc):
+                failures = 0
+            except (_Membership, TimeoutError, dist.DistError) as exc:
+                # By type: our own membership signal, a timeout, or torch.distributed's errors
+                # (store, network, backend). Never by the words of the message.
+                if self._elastic is None:
                     raise
-                reason = (str(exc).splitlines() or [""])[0][:200]
+                reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+            except RuntimeError as exc:
+                # gloo raises a plain RuntimeError when a peer's connection closes; so may user
+                # code. It is a membership failure only if this worker aborted the group itself
+                # or the controller confirms a membership change (a lost member) in time.
+                if self._elastic is None or not self._peer_failure():
+                    raise
+                reason = f"{type(exc).__name__} (membership change confirmed): {(str(exc).splitlines() or [''])[0][:120]}"
             else:
                 continue
             # Outside the except clause: the traceback (and the failed step's frames holding
@@ -214,25 +254,107 @@ class Trainer:
             self._teardown()
             self._event("reform", gen=self._gen, step=self.step, reason=reason, teardown_s=time.time() - t0)
             formed = False
+            failures += 1
+            if failures > 1:  # the store itself is failing (controller gone?): do not spin
+                time.sleep(min(0.05 * failures, 1.0))
 
-    @staticmethod
-    def _world_is_local_error(exc: BaseException) -> bool:
-        # A user bug (shape error ...) is not a membership problem: re-raise it. Collective and
-        # store failures come as DistError / RuntimeError mentioning the transport.
-        if isinstance(exc, (_Membership, TimeoutError, dist.DistError)):
-            return False
-        text = str(exc).lower()
-        return not any(w in text for w in ("gloo", "connection", "peer", "timed out", "timeout", "socket",
-                                           "nccl", "store", "closed", "broken pipe", "reset"))
+    def _peer_failure(self) -> bool:
+        """True when the failure of a collective is a membership change: this worker cut its
+        group's connections, or the controller publishes a generation newer than ours within
+        ``confirm_s`` (it sees a dead process at once and a silent one after its deadline)."""
+        deadline = time.monotonic() + self.config.confirm_s
+        while True:
+            if self._cut_gen >= self._gen or self._ctl_gen > self._gen or self._stopping is not None:
+                return True
+            try:
+                gen = self._elastic.get_nowait("gen") if self._elastic is not None else None
+            except Exception:  # noqa: BLE001 - the store is unreachable: the controller is in doubt
+                return True
+            if gen is not None and int(gen) > self._gen:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    # ------------------------------------------------------------------ liveness
+    def _start_heartbeat(self) -> None:
+        endpoint = os.environ.get("SPOTTRAIN_LIVENESS")
+        if not endpoint:
+            return
+        from spottrain.runtime.liveness import Heartbeat
+
+        self._heartbeat = Heartbeat(endpoint, self.worker_id, on_message=self._on_control,
+                                    on_lost=self._on_controller_lost,
+                                    grace_s=self.config.controller_grace_s).start()
+
+    def _on_control(self, msg: dict[str, Any]) -> None:
+        """A message from the controller (heartbeat thread)."""
+        if "fence" in msg:
+            self._event("fenced", step=self.step, gen=self._gen, reason=str(msg["fence"]))
+            self._exit(EXIT_FENCED)
+        if "gen" in msg:
+            gen = int(msg["gen"])
+            self._ctl_gen = max(self._ctl_gen, gen)
+            if msg.get("abort"):
+                self._abort_req = max(self._abort_req, gen)
+                self._abort_group(gen)
+        if "release" in msg:
+            self._released = bool(msg.get("checkpoint", False))
+            self._on_sigterm(signal.SIGTERM, None)
+        if "stop" in msg:
+            self._begin_stop(str(msg["stop"]))
+
+    def _on_controller_lost(self) -> None:
+        self._begin_stop(f"no word from the controller for {self.config.controller_grace_s:g}s")
+        self._abort_group(self._group_gen + 1)
+
+    def _begin_stop(self, reason: str) -> None:
+        if self._stopping is not None:
+            return
+        self._stopping = reason
+        self._event("stopping", step=self.step, reason=reason)
+        # Whatever the training thread is blocked in, this process is gone in bounded time.
+        timer = threading.Timer(self.config.exit_grace_s, self._exit, (EXIT_STOPPED,))
+        timer.daemon = True
+        timer.start()
+
+    def _stop_now(self) -> None:
+        """Stop at a consistent state: rank 0 of the last group writes a checkpoint, then exit."""
+        if self._rank == 0 and self.checkpointer is not None and not self._fresh and self.step > 0:
+            try:
+                self.save_checkpoint(blocking=True)
+                self.checkpointer.wait()
+            except Exception as exc:  # noqa: BLE001 - exiting anyway; the older checkpoint stays
+                log.warning("worker %s: checkpoint on stop failed: %s", self.worker_id, exc)
+        self._event("stopped", step=self.step, gen=self._gen, reason=self._stopping)
+        self._exit(EXIT_STOPPED)
+
+    def _exit(self, code: int) -> None:
+        if self._events is not None:
+            try:
+                self._events.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    def _abort_group(self, gen: int) -> None:
+        """Abandon the current group if it is older than ``gen``: shut its connections down."""
+        with self._lock:
+            if self._group_socks and self._group_gen < gen and self._cut_gen < self._group_gen:
+                self._cut_gen = self._group_gen
+                n = cut_sockets(self._group_socks)
+                self._event("abort", gen=self._group_gen, new_gen=gen, sockets=n)
 
     # ------------------------------------------------------------------ membership
     def _form(self) -> None:
         t0 = time.time()
         t_wait = 0.0
+        before: set[int] = set()
         if self._elastic is not None:
             gen, members = self._elastic.wait_generation(self._gen, timeout_s=self.config.rejoin_timeout_s)
             t_wait = time.time() - t0
             self._gen, self._rank, self._world = gen, members.index(self.worker_id), len(members)
+            before = socket_inodes()
             dist.init_process_group(self._backend(), store=self._elastic.group_store(gen), rank=self._rank,
                                     world_size=self._world, timeout=timedelta(seconds=self.config.pg_timeout_s))
         elif "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
@@ -250,6 +372,12 @@ class Trainer:
         if dist.is_initialized():
             ids = [self.device.index] if self.device.type == "cuda" else None
             self._ddp = DDP(self.model, device_ids=ids, broadcast_buffers=False)
+            if self._elastic is not None:
+                with self._lock:  # the connections of this group, for _abort_group
+                    self._group_socks = socket_inodes() - before
+                    self._group_gen = self._gen
+                if self._abort_req > self._gen:  # a loss announced while this group formed
+                    self._abort_group(self._abort_req)
         self._fresh = False
         self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step, source=source,
                     form_s=time.time() - t0, wait_s=t_wait, init_s=t_init - t0 - t_wait,
@@ -277,6 +405,8 @@ class Trainer:
         return "memory"
 
     def _teardown(self) -> None:
+        with self._lock:
+            self._group_socks = set()
         # The old wrapper's reducer hooks must be gone before a new DDP wraps the same module.
         # Refcounting frees it at once; a full gc.collect() costs ~0.3 s, so only as a fallback.
         old, self._ddp = (weakref.ref(self._ddp) if self._ddp is not None else None), None
@@ -351,6 +481,8 @@ class Trainer:
         """Agree, once per step, on checkpoints, leavers and membership changes."""
         if self.step >= self.config.steps:
             return
+        if self._stopping is not None:
+            self._stop_now()
         leaving, want_ckpt = 0, 0
         if self._notice_at is not None:
             leaving, want_ckpt = self._notice_decision()
@@ -379,6 +511,8 @@ class Trainer:
     def _notice_decision(self) -> tuple[int, int]:
         if self._elastic is None:
             return 1, 1
+        if self._released is not None:  # the controller released this node: its decision is known
+            return 1, int(self._released)
         if self._notice_posted is None:
             self._elastic.set(f"notice/{self.worker_id}", {"step": self.step, "t": time.time()})
             self._notice_posted = time.monotonic()
@@ -396,6 +530,8 @@ class Trainer:
         self._event("left", step=self.step, gen=self._gen)
         if self._elastic is not None:
             self._elastic.set(f"left/{self.worker_id}", self.step)
+        if self._heartbeat is not None:
+            self._heartbeat.bye("left")
         if self._events is not None:
             self._events.flush()
         # Everything durable is written (checkpoint waited for, events flushed). Exit now: a

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -30,7 +31,11 @@ import torch.distributed as dist
 ENV_RDZV = "SPOTTRAIN_RDZV"
 ENV_WORKER_ID = "SPOTTRAIN_WORKER_ID"
 EXIT_LEFT = 83
-"""Exit code of a worker that left gracefully after a preemption notice."""
+"""Exit code of a worker that left gracefully after a preemption notice (or a release)."""
+EXIT_FENCED = 85
+"""Exit code of a worker that was declared lost by the controller, or lost its controller."""
+EXIT_STOPPED = 86
+"""Exit code of a worker that checkpointed and exited because the controller stopped the job."""
 
 
 class ElasticClient:
@@ -79,3 +84,62 @@ class ElasticClient:
 
     def group_store(self, gen: int) -> dist.Store:
         return dist.PrefixStore(f"gen/{gen}/pg", self.store)
+
+    def report_error(self, exc: BaseException) -> None:
+        """Tell the controller this worker failed in its own code (the job fails; no replacement)."""
+        try:
+            self.set(f"error/{self.worker_id}", {"type": f"{type(exc).__module__}.{type(exc).__qualname__}"})
+        except Exception:  # noqa: BLE001 - the controller may be gone; the exit code still tells
+            pass
+
+
+def socket_inodes() -> set[int]:
+    """Inodes of this process's open sockets (from ``/proc/self/fd``)."""
+    out: set[int] = set()
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def cut_sockets(inodes: set[int]) -> int:
+    """Shut down (both directions) this process's TCP sockets whose inode is in ``inodes``.
+
+    This is how a survivor abandons a collective hung on a silent peer: gloo's pending
+    receive on that connection fails at once ("connection closed"), the collective raises, and
+    the worker re-forms. Closing the descriptor is left to the process group's own teardown.
+    Returns how many sockets were shut down.
+    """
+    n = 0
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    for name in names:
+        fd = int(name)
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if not link.startswith("socket:[") or int(link[8:-1]) not in inodes:
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            # connected streams only: shutting gloo's listening socket down aborts the process
+            if sock.type == socket.SOCK_STREAM and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 0:
+                sock.getpeername()
+                sock.shutdown(socket.SHUT_RDWR)
+                n += 1
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return n

@@ -6,6 +6,15 @@ list of ``{"time_s": 20, "worker": 1, "kind": "kill"}``, as the simulator writes
 (0 .. N-1; a replacement takes over its predecessor's slot) or ``chief`` (whoever is rank 0
 at that moment). ``kill:0@ckpt`` kills the worker at the first moment a checkpoint is being
 written (a test of atomic checkpoints); ``kill:1@step40`` once 40 steps are complete.
+
+Kinds: ``kill`` (SIGKILL: no notice), ``sigterm`` (a preemption notice), ``stop`` (SIGSTOP: the
+process hangs, its connections stay open and silent), and, on hosts in network namespaces
+(:mod:`spottrain.runtime.netns`): ``linkdown`` (the worker's host link goes down: silent loss),
+``vanish`` (the host disappears: link down, then every process in it killed), ``loss`` and
+``delay`` (on the host's link: 5 % random loss, 50 ms +- 10 ms delay with ``tc netem``; where the
+kernel has no netem, :meth:`~spottrain.runtime.netns.Network.impair` says what stands in). A
+duration after a slash (``stop:1@20s/15s``, ``loss:2@step30/20s``) undoes the fault after that
+long (SIGCONT, link up, impairment removed).
 """
 
 from __future__ import annotations
@@ -18,23 +27,28 @@ from pathlib import Path
 from spottrain.errors import InputError
 from spottrain.units import parse_duration_s
 
-KINDS = {"kill": "kill", "revoke": "kill", "sigkill": "kill", "sigterm": "sigterm", "notice": "sigterm", "term": "sigterm"}
+KINDS = {"kill": "kill", "revoke": "kill", "sigkill": "kill", "sigterm": "sigterm", "notice": "sigterm", "term": "sigterm",
+         "stop": "stop", "sigstop": "stop", "linkdown": "linkdown", "vanish": "vanish", "loss": "loss", "delay": "delay"}
+NETWORK_KINDS = ("linkdown", "vanish", "loss", "delay")
+"""Faults that need the workers on hosts in network namespaces."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Injection:
-    """Kill (SIGKILL, no notice) or notify (SIGTERM) one worker at a time."""
+    """One fault on one worker (or its host)."""
 
     time_s: float | None
     """Seconds after training starts (the first completed step); ``None`` for step/ckpt triggers."""
     worker: int | str
     """Slot index, or ``"chief"``."""
     kind: str
-    """``kill`` or ``sigterm``."""
+    """``kill``, ``sigterm``, ``stop``, ``linkdown``, ``vanish``, ``loss`` or ``delay``."""
     on_checkpoint: bool = False
     """Fire when a checkpoint write is in progress instead of at a time."""
     at_step: int | None = None
     """Fire once the job has completed this many steps instead of at a time."""
+    duration_s: float | None = None
+    """Undo the fault after this long (stop, linkdown, loss, delay); None: never."""
 
 
 _ITEM = re.compile(r"^\s*(?P<kind>[a-z]+):(?P<worker>chief|\d+)@(?P<when>[^,]+?)\s*$")
@@ -46,22 +60,38 @@ def parse_injections(spec: str, *, workers: int | None = None) -> list[Injection
     for item in filter(None, (s.strip() for s in spec.split(","))):
         m = _ITEM.match(item)
         if not m or m["kind"] not in KINDS:
-            raise InputError(f"bad injection {item!r}: expected KIND:WORKER@TIME with KIND kill or sigterm, "
-                             "WORKER a slot number or 'chief', TIME like 20s, step40 or ckpt", column="--inject")
+            raise InputError(f"bad injection {item!r}: expected KIND:WORKER@TIME[/DURATION] with KIND one of "
+                             f"{', '.join(sorted(set(KINDS.values())))}, WORKER a slot number or 'chief', TIME like "
+                             "20s, step40 or ckpt", column="--inject")
         worker: int | str = m["worker"] if m["worker"] == "chief" else int(m["worker"])
         _check_worker(worker, workers, "--inject")
-        step = re.fullmatch(r"step(\d+)", m["when"])
+        kind = KINDS[m["kind"]]
+        when, _, dur = m["when"].partition("/")
+        duration = None
+        if dur:
+            try:
+                duration = float(parse_duration_s(dur))
+            except Exception:  # noqa: BLE001 - report in our own words
+                raise InputError(f"bad duration {dur!r} in {item!r} (expected e.g. 15s)", column="--inject") from None
+            if kind in ("kill", "sigterm", "vanish"):
+                raise InputError(f"{kind} cannot be undone: no /DURATION in {item!r}", column="--inject")
+        step = re.fullmatch(r"step(\d+)", when)
         if step:
-            out.append(Injection(time_s=None, worker=worker, kind=KINDS[m["kind"]], at_step=int(step[1])))
-        elif m["when"] == "ckpt":
-            out.append(Injection(time_s=None, worker=worker, kind=KINDS[m["kind"]], on_checkpoint=True))
+            out.append(Injection(time_s=None, worker=worker, kind=kind, at_step=int(step[1]), duration_s=duration))
+        elif when == "ckpt":
+            out.append(Injection(time_s=None, worker=worker, kind=kind, on_checkpoint=True, duration_s=duration))
         else:
             try:
-                t = parse_duration_s(m["when"])
+                t = parse_duration_s(when)
             except Exception:  # noqa: BLE001 - report in our own words
-                raise InputError(f"bad time {m['when']!r} in {item!r} (expected e.g. 20s, 1.5m)", column="--inject") from None
-            out.append(Injection(time_s=float(t), worker=worker, kind=KINDS[m["kind"]]))
+                raise InputError(f"bad time {when!r} in {item!r} (expected e.g. 20s, 1.5m)", column="--inject") from None
+            out.append(Injection(time_s=float(t), worker=worker, kind=kind, duration_s=duration))
     return out
+
+
+def needs_hosts(injections: list[Injection]) -> list[str]:
+    """The network faults among ``injections`` (they need workers on namespace hosts)."""
+    return sorted({i.kind for i in injections if i.kind in NETWORK_KINDS})
 
 
 def load_injection_trace(path: str | Path, *, workers: int | None = None) -> list[Injection]:

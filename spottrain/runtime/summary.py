@@ -2,10 +2,12 @@
 
 Definitions (times are wall-clock, seconds):
 
-- ``revocations``: workers lost (killed, or left after a preemption notice);
+- ``revocations``: workers lost (killed, declared lost by the liveness check, or left after a
+  preemption notice); released nodes and workers stopped with the job are not revocations;
 - ``lost_steps``: per revocation, the newest step completed before it minus the step training
   resumed from (0 when the survivors keep their state; the in-flight step is not counted);
-- ``recovery_s``: from a worker's death to the next completed step of the job;
+- ``recovery_s``: from a worker's death (or the fault injected into it: a SIGSTOP, a link
+  down, a host vanishing) to the next completed step of the job;
 - ``max_stall_s``: the longest gap between two consecutive completed steps.
 """
 
@@ -61,15 +63,17 @@ def summarize(*, job: Any, controller_events: list[dict[str, Any]], wall0: float
     completed = max([int(e["step"]) for e in done] + [s for _, s in steps] + [0])
     gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
     median = sorted(gaps)[len(gaps) // 2] if gaps else None
-    losses = [e for e in controller_events if e["kind"] == "exit"]
+    released = {e["worker"] for e in controller_events if e["kind"] == "release"}
+    losses = [e for e in controller_events if e["kind"] == "exit" and e["how"] not in ("stopped", "error")
+              and e["worker"] not in released]
     left_at = {e["worker"]: e["t"] for e in controller_events if e["kind"] == "left"}
     recoveries = []
     for ev in losses:
         # A leaver stops training when it announces it leaves, not when its process is gone.
-        t = left_at.get(ev["worker"], ev["t"]) if ev["how"] == "left" else ev["t"]
+        t = left_at.get(ev["worker"], ev["t"]) if ev["how"] == "left" else (ev.get("fault_t") or ev["t"])
         before = max((s for ts, s in steps if ts <= t), default=0)
         after = next(((ts, s) for ts, s in steps if ts > t), None)
-        rec = {"time_s": ev["time_s"], "worker": ev["worker"], "how": ev["how"], "code": ev["code"],
+        rec = {"time_s": ev["time_s"], "worker": ev["worker"], "how": ev["how"], "code": ev.get("code"),
                "recovery_s": None, "lost_steps": 0}
         if after is not None:
             rec["recovery_s"] = round(after[0] - t, 4)
