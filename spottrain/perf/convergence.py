@@ -352,7 +352,9 @@ def _fit_phase(pts: np.ndarray, later: bool, form: str) -> np.ndarray:
     ``later``: the phase follows an LR drop (its default worker dependence is
     :data:`DEFAULT_STALENESS_LATER`, used when its rows hold one worker count).
     """
-    from scipy.optimize import curve_fit
+    import warnings
+
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     X = pts[:, :4].T
     y = pts[:, 4]
@@ -376,7 +378,9 @@ def _fit_phase(pts: np.ndarray, later: bool, form: str) -> np.ndarray:
     lower = [1e-6, -np.inf, -np.inf, 0.0 if form == "staleness" else 1e-6, 0.0, 0.0]
     upper = [10 * jmax, np.inf, np.inf, 1e3, max(float(y.max()), 1e-9), 10.0]
     try:
-        popt, _ = curve_fit(model, X, y, p0=p0, bounds=(lower, upper), maxfev=20000, sigma=np.maximum(y, 1e-9))
+        with warnings.catch_warnings():  # the parameters' covariance is not used
+            warnings.simplefilter("ignore", OptimizeWarning)
+            popt, _ = curve_fit(model, X, y, p0=p0, bounds=(lower, upper), maxfev=20000, sigma=np.maximum(y, 1e-9))
     except RuntimeError as exc:
         raise InputError(f"the loss curve could not be fitted: {exc}") from None
     if fix_g2:
