@@ -163,3 +163,8 @@ def test_target_options_are_checked(capsys):
     assert code == 2 and "short of the perfect f1 100" in err
     code, _, err = run(capsys, "converge", "--curves", path, "--target", "88", "--global-batch", "64")
     assert code == 2 and "--sync sync" in err
+
+
+def test_async_default_on_synchronous_batch_curves_points_to_sync(capsys):
+    code, out, err = run(capsys, "converge", "--curves", _pollux_path("ncf"), "--target", "0.68", "--workers", "2")
+    assert code in (0, None) and "--sync sync" in err and "batch-size model" in err

@@ -91,6 +91,10 @@ def converge(
     if sync == "sync" and applies_to(data):
         _converge_batch(curves, data, target_loss, workers, global_batch, batch_size, as_json)
         return
+    if applies_to(data) and not as_json:
+        err.print("[yellow]note:[/] these are synchronous runs at several global batch sizes: --sync sync predicts "
+                  "per global batch with the batch-size model; --sync async (the default) fits the parameter-server "
+                  "staleness model", highlight=False)
     with err.status("fitting the convergence model ...", spinner="dots"):
         model = ConvergenceModel(lr_boundaries=bounds, form=form).fit(data)
     b = batch_size or data[0].batch_size
