@@ -51,7 +51,7 @@ DEFAULT_STEPS_LOG_Q90 = 0.20
 """Half-width (log steps) of the interval inside the measured batch range when the curves hold
 too few batch sizes to calibrate it (fewer than three, or fewer than five held-out targets): the
 90th percentile of the leave-one-batch-size-out errors of the four shipped Pollux models pooled
-(0.10-0.30 per model; a test recomputes it)."""
+(0.09-0.34 per model; a test recomputes it)."""
 EXTRAPOLATION_WIDENING = 0.10
 """Least half-width (log steps) added per doubling of the batch beyond the measured range. The
 shipped Pollux curves, held out at their end batches (one doubling out), show no more error than
