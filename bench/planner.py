@@ -25,7 +25,7 @@ from _pages import write_page  # noqa: E402
 from spottrain.catalog import load_catalog  # noqa: E402
 from spottrain.perf.workload import Workload  # noqa: E402
 from spottrain.planner import plan  # noqa: E402
-from spottrain.planner.api import market_mask, prepare, solve  # noqa: E402
+from spottrain.planner.engine import market_mask, prepare, solve  # noqa: E402
 from spottrain.planner.exhaustive import all_plans  # noqa: E402
 
 SAMPLES = 90 * 1_281_167
@@ -135,7 +135,7 @@ def main() -> int:
     sl = ["| deadline | quotas | candidates | plans enumerated | exhaustive (s) | ours (s) | speed-up | exhaustive optimum | ours | same |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for d, q, nc, ne, te, to, ex, ours, same, ctx in res:
-        from spottrain.planner.api import describe
+        from spottrain.planner.engine import describe
 
         sl.append(f"| {d} h | {q} | {nc} | {ne:,} | {te:.2f} | {to:.3f} | {te / max(to, 1e-9):,.0f}x | "
                   f"{describe(ctx, ex) if ex else '-'} ${ex.cost_usd if ex else 0:,.2f} | "

@@ -1,7 +1,13 @@
-"""GPU names as benchmark tables spell them resolve to one device; unknown names still fail."""
+"""GPU names as benchmark tables spell them resolve to one device; unknown names still fail.
+
+The device table is a view over the catalog's GPU registry: both resolve every name alike."""
+
+import csv
+from importlib import resources
 
 import pytest
 
+from spottrain.catalog import canonical_gpu, gpu_spec, known_gpus
 from spottrain.errors import UnknownNameError
 from spottrain.perf import Workload, predict_throughput
 from spottrain.perf.hardware import device
@@ -37,3 +43,44 @@ def test_added_boards_predict_in_order_of_their_peaks(gpu):
     w = Workload.from_zoo("resnet50", 64)
     x = predict_throughput(w, f"1x{gpu}").throughput
     assert predict_throughput(w, "1xK80").throughput < x < predict_throughput(w, "1xB200").throughput
+
+
+def _registry_names() -> list[str]:
+    """Every canonical name and alias written in the registry's data file."""
+    text = resources.files("spottrain").joinpath("data", "catalog", "gpu_specs.csv").read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    return [n for row in rows for n in (row["name"], *filter(None, row["aliases"].split("|")))]
+
+
+SPELLINGS = ["H100 SXM5", "RTX 4090", "V100", "Tesla K80", "NVIDIA GeForce RTX 4090", "GeForce RTX 3090",
+             "NVIDIA H100 80GB HBM3", "A100 80GB PCIe", "H100 NVL", "RTX 2080 Ti", "TITAN V", "Quadro P4000"]
+
+
+def test_catalog_and_device_lookup_agree_on_every_alias():
+    names = [*_registry_names(), *SPELLINGS]
+    for spelling in names:
+        for variant in (spelling, spelling.upper(), spelling.lower(), f"NVIDIA {spelling}", spelling.replace("-", " ")):
+            assert canonical_gpu(variant) == device(variant).name, variant
+    assert len(names) > 2 * len(known_gpus())  # aliases were read, not only the canonical names
+
+
+def test_device_figures_are_the_registrys():
+    for name in known_gpus():
+        d, spec = device(name), gpu_spec(name)
+        assert (d.fp32_tflops, d.fp16_tflops, d.tf32_tflops) == (spec.fp32_tflops, spec.fp16_tflops, spec.tf32_tflops)
+        assert (d.memory_bandwidth_gbs, d.pcie_gbs, d.nvlink_gbs) == (spec.memory_bandwidth_gbs, spec.pcie_gbs,
+                                                                     spec.nvlink_gbs)
+
+
+def test_unknown_names_fail_alike():
+    for name in ("V10", "MI300X", "p3.2xlargex"):
+        with pytest.raises(UnknownNameError):
+            canonical_gpu(name)
+        with pytest.raises(UnknownNameError):
+            device(name)
+
+
+def test_an_instance_type_is_a_device_but_not_a_gpu_name():
+    assert device("p3.2xlarge").name == "V100"
+    with pytest.raises(UnknownNameError):
+        canonical_gpu("p3.2xlarge")

@@ -8,7 +8,7 @@ import pytest
 
 from spottrain.perf import predict_throughput
 from spottrain.perf.workload import Workload
-from spottrain.planner.api import market_mask, prepare, solve
+from spottrain.planner.engine import market_mask, prepare, solve
 from spottrain.planner.formulation import SolveStats
 from spottrain.types import ClusterGroup, ClusterSpec
 

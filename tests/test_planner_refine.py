@@ -6,9 +6,9 @@ import pytest
 
 from spottrain.perf import Workload
 from spottrain.planner import plan
-from spottrain.planner.api import plan_label, prepare
+from spottrain.planner.engine import plan_label, prepare
 from spottrain.planner.refine import candidate_plans, failure_free_cost_usd, refine
-from spottrain.sim.hindsight import matching_traces
+from spottrain.sim.sources import matching_traces
 
 P3_16 = "p3.16xlarge"
 

@@ -7,7 +7,7 @@ from spottrain.catalog import Offer
 from spottrain.errors import InfeasibleError, InputError
 from spottrain.perf.workload import Workload
 from spottrain.planner import plan
-from spottrain.planner.api import market_mask, prepare, solve
+from spottrain.planner.engine import market_mask, prepare, solve
 from spottrain.planner.exhaustive import all_plans
 
 WORKLOAD = Workload(model="synthetic-resnet50", batch_size=64, flops_per_sample=24.3e9, param_count=25_557_032,

@@ -13,7 +13,7 @@ import pytest
 from spottrain.perf import Workload
 from spottrain.perf.convergence import curves_from_rows, load_accuracy_curves
 from spottrain.plan import Plan
-from spottrain.planner.api import prepare
+from spottrain.planner.engine import prepare
 from spottrain.planner.work import target_loss_work
 from spottrain.profiler.schema import Profile
 from spottrain.profiler.zoo_info import zoo_info

@@ -6,6 +6,7 @@ from sim_plans import make_plan, write_trace
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.policies import register_policy, replace_cheapest
 from spottrain.sim import _deps, markets, sources
+from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_markets, make_setup, simulate
 
@@ -37,7 +38,7 @@ def _scenario(tmp_path):
 
 def _run(plan, src, params, policy, seed=1):
     markets = make_markets(plan, src, params)
-    return make_setup(plan, policy, src, params, markets).run(seed, record=True), markets
+    return run_setup(make_setup(plan, policy, src, params, markets), seed, record=True), markets
 
 
 def test_replace_cheapest_moves_to_the_available_type_and_replace_same_waits(tmp_path):
@@ -69,7 +70,7 @@ def test_cost_bills_the_other_types_price(tmp_path):
 def test_throughput_after_the_move_is_the_performance_models_for_the_other_gpu(tmp_path):
     plan, src, params = _scenario(tmp_path)
     setup = make_setup(plan, "replace-cheapest", src, params, make_markets(plan, src, params))
-    r = setup.run(1, record=True)
+    r = run_setup(setup, 1, record=True)
     n = r.other_type_nodes
     v100 = setup.throughput((("V100", 1, n),))
     a10g = setup.throughput((("A10G", 1, n),))
@@ -110,8 +111,8 @@ def test_no_alternatives_reproduces_the_plan_only_options_exactly(tmp_path):
             want = [(r.makespan_s, r.cost_usd, r.revocations) for r in plain.results["synthetic-cheapest-plan-types"]]
         else:
             p0 = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, alternatives=())
-            got = [make_setup(plan, "replace-cheapest", src, p0).run(s) for s in range(3)]
-            want = [make_setup(plan, "synthetic-cheapest-plan-types", src, params).run(s) for s in range(3)]
+            got = [run_setup(make_setup(plan, "replace-cheapest", src, p0), s) for s in range(3)]
+            want = [run_setup(make_setup(plan, "synthetic-cheapest-plan-types", src, params), s) for s in range(3)]
             got = [(r.makespan_s, r.cost_usd, r.revocations, r.other_type_nodes) for r in got]
             want = [(r.makespan_s, r.cost_usd, r.revocations, r.other_type_nodes) for r in want]
         assert got == want
@@ -179,9 +180,9 @@ def test_deadline_cheapest_meets_the_deadline_replace_cheapest_misses_for_less_t
     markets = make_markets(plan, src, params)
     setup = make_setup(plan, "deadline-cheapest", src, params, markets)
     assert setup.throughput((("K80", 1, 4),)) < 0.5 * setup.throughput((("V100", 1, 4),))
-    ours = setup.run(1, record=True)
-    cheap = make_setup(plan, "replace-cheapest", src, params, markets).run(1)
-    margin = make_setup(plan, "deadline-margin", src, params, markets).run(1)
+    ours = run_setup(setup, 1, record=True)
+    cheap = run_setup(make_setup(plan, "replace-cheapest", src, params, markets), 1)
+    margin = run_setup(make_setup(plan, "deadline-margin", src, params, markets), 1)
     # replace-cheapest trains on the slow K80s to the end and is late
     assert cheap.finished and not cheap.deadline_met and cheap.other_type_nodes == 4
     # deadline-margin waits for V100 spot, then pays on-demand for nearly all the work
@@ -199,8 +200,8 @@ def test_deadline_cheapest_meets_the_deadline_replace_cheapest_misses_for_less_t
 def test_deadline_cheapest_moves_back_to_v100_when_its_market_returns(tmp_path):
     plan, src, params = _slow_alternative(tmp_path, outage_end_s=5000.0)
     markets = make_markets(plan, src, params)
-    ours = make_setup(plan, "deadline-cheapest", src, params, markets).run(1, record=True)
-    margin = make_setup(plan, "deadline-margin", src, params, markets).run(1)
+    ours = run_setup(make_setup(plan, "deadline-cheapest", src, params, markets), 1, record=True)
+    margin = run_setup(make_setup(plan, "deadline-margin", src, params, markets), 1)
     assert ours.deadline_met and not ours.switched_on_demand and ours.other_type_nodes == 4
     keys = [(t, k) for t, k in ours.timeline["membership_keys"]]
     assert (("K80", 1, 4),) in [k for _, k in keys] and keys[-1][1] == (("V100", 1, 4),)

@@ -3,6 +3,7 @@
 from sim_plans import make_plan, write_trace
 from spottrain.policies import POLICIES, JobState, NodeOption, NodeView
 from spottrain.sim import baselines, sources
+from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_setup
 
@@ -58,8 +59,8 @@ def test_skypilot_managed_stalls_everyone_in_a_run(tmp_path):
     src = sources.from_trace(path, plan, horizon_s=100_000.0)
     src.fixed_offset_s = 0.0
     params = SimParams(checkpoint_cost_s=10.0, restart_s=60.0)
-    sky = make_setup(plan, "skypilot-managed", src, params).run(0, record=True)
-    same = make_setup(plan, "replace-same", src, params).run(0, record=True)
+    sky = run_setup(make_setup(plan, "skypilot-managed", src, params), 0, record=True)
+    same = run_setup(make_setup(plan, "replace-same", src, params), 0, record=True)
     # managed spot waits with the whole cluster down until all four nodes are back (after 5000 s)
     members = sky.timeline["membership"]
     assert (2000.0, 0) in members  # everyone released at the revocation

@@ -61,7 +61,7 @@ def test_simulated_candidates_share_runs_and_on_demand_needs_no_trace(tmp_path):
 
 
 def test_trace_pool_draws_windows_of_every_trace_by_length(tmp_path):
-    from spottrain.sim.hindsight import TracePool, pooled_source
+    from spottrain.sim.sources import TracePool, pooled_source
 
     # synthetic: trace a is always up, trace b (three times as long) always down
     a = write_trace(tmp_path / "synthetic_up.csv", [(0, "z", "available", 1)], duration_s=10000.0, kind="availability")
@@ -77,7 +77,7 @@ def test_trace_pool_draws_windows_of_every_trace_by_length(tmp_path):
 
 
 def test_simulate_plans_with_prepared_sources_and_progress(tmp_path):
-    from spottrain.sim.hindsight import pooled_source
+    from spottrain.sim.sources import pooled_source
 
     rows = [(0, "z", "available", 4), (7200, "z", "available", 0), (18000, "z", "available", 4)]
     trace = write_trace(tmp_path / "synthetic_outage.csv", rows, duration_s=36000.0)

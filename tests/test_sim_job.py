@@ -8,6 +8,7 @@ import pytest
 from sim_plans import make_plan, write_trace
 from spottrain.errors import InputError
 from spottrain.sim import sources
+from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams, SimSetup
 from spottrain.sim.montecarlo import make_setup, simulate
 
@@ -24,7 +25,7 @@ def _setup(tmp_path, plan, rows, policy, *, offset=0.0, params=None, duration=10
 def test_no_revocation_makespan_and_cost_are_exact(tmp_path):
     plan = make_plan(nodes=4, hours=1.0, interval_s=1000.0, deadline_h=2.0)
     setup = _setup(tmp_path, plan, [(0, "z", "available", 4)], "replace-same")
-    r = setup.run(1)
+    r = run_setup(setup, 1)
     work = 3600.0
     checkpoints = math.floor(work / 1000.0)  # one every 1000 s of training, none at the end
     assert r.revocations == 0 and r.finished and r.deadline_met
@@ -41,8 +42,8 @@ def _one_loss_rows():
 def test_emergency_checkpoint_on_notice_bounds_lost_work(tmp_path):
     plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
     # training starts at 150 s; periodic checkpoint 1150-1160 s; notice at 1880 s (AWS 120 s)
-    with_notice = _setup(tmp_path, plan, _one_loss_rows(), "replace-same").run(1)
-    without = _setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart").run(1)
+    with_notice = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same"), 1)
+    without = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart"), 1)
     assert with_notice.revocations == without.revocations == 1
     # with the notice the checkpoint taken at 1880-1890 s survives: 110 s of work lost
     assert with_notice.lost_work_s == pytest.approx(110.0)
@@ -52,15 +53,15 @@ def test_emergency_checkpoint_on_notice_bounds_lost_work(tmp_path):
 
 def test_replacement_joins_when_capacity_returns(tmp_path):
     plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
-    same = _setup(tmp_path, plan, _one_loss_rows(), "replace-same").run(1)
-    none = _setup(tmp_path, plan, _one_loss_rows(), "no-replace").run(1)
+    same = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same"), 1)
+    none = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "no-replace"), 1)
     assert same.replacements == 1 and none.replacements == 0
     assert same.makespan_s < none.makespan_s  # a fourth node from t=5150 s finishes sooner
 
 
 def test_async_worker_loss_loses_no_work(tmp_path):
     plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0, sync="async", ps=1)
-    r = _setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart").run(3)
+    r = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart"), 3)
     assert r.revocations == 1
     # the last slot is revoked; the chief is the first node to join and survives
     assert r.lost_work_s == 0.0
@@ -70,7 +71,7 @@ def test_gcp_preemptible_nodes_die_at_24h(tmp_path):
     plan = make_plan(nodes=2, hours=30.0, cloud="gcp", zone="us-east1-c", instance_type="n1-standard-8+V100",
                      deadline_h=None)
     never = sources.LifetimeSource(lambda n, rng: np.full(n, np.inf), "synthetic: never revoked", 24 * 3600.0)
-    r = SimSetup(plan=plan, policy_name="replace-same", source=never).run(0, record=True)
+    r = run_setup(SimSetup(plan=plan, policy_name="replace-same", source=never), 0, record=True)
     times = [t for t, _ in r.timeline["revocations"]]
     assert r.revocations == 2 and r.finished
     assert times == [pytest.approx(24 * 3600.0)] * 2  # both granted at t=0
@@ -82,9 +83,9 @@ def test_same_seed_same_result_and_offsets_vary(tmp_path):
     path = write_trace(tmp_path / "synthetic_flapping.csv", rows, duration_s=40_000.0)
     src = sources.from_trace(path, plan, horizon_s=5 * 86400)
     setup = make_setup(plan, "replace-same", src)
-    a, b = setup.run(7), setup.run(7)
+    a, b = run_setup(setup, 7), run_setup(setup, 7)
     assert a == b
-    makespans = {setup.run(s).makespan_s for s in range(10)}
+    makespans = {run_setup(setup, s).makespan_s for s in range(10)}
     assert len(makespans) > 1
 
 
@@ -105,8 +106,8 @@ def test_uniform_progress_meets_deadline_on_a_dead_market(tmp_path):
     # spot capacity disappears after one hour and never comes back
     plan = make_plan(nodes=4, hours=4.0, deadline_h=6.0)
     rows = [(0, "z", "available", 4), (3600, "z", "available", 0)]
-    up = _setup(tmp_path, plan, rows, "uniform-progress").run(0)
-    same = _setup(tmp_path, plan, rows, "replace-same").run(0)
+    up = run_setup(_setup(tmp_path, plan, rows, "uniform-progress"), 0)
+    same = run_setup(_setup(tmp_path, plan, rows, "replace-same"), 0)
     assert up.switched_on_demand and up.deadline_met
     assert not same.deadline_met
 
@@ -117,7 +118,7 @@ def test_price_changes_are_billed_and_reach_the_policy(tmp_path):
                          [(0, "us-west-2b/p3.2xlarge", "price", 1.0), (3750, "us-west-2b/p3.2xlarge", "price", 3.0)],
                          kind="price")
     params = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, price_trace=prices)
-    r = _setup(tmp_path, plan, [(0, "z", "available", 2)], "replan-on-price", params=params).run(0, record=True)
+    r = run_setup(_setup(tmp_path, plan, [(0, "z", "available", 2)], "replan-on-price", params=params), 0, record=True)
     # billed from t=0: 2 nodes at $1/h until 3750 s, then $3/h until the end
     expected = 2 * (1.0 * 3750 + 3.0 * (r.makespan_s - 3750)) / 3600
     assert r.cost_usd == pytest.approx(expected)

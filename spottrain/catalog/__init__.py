@@ -1,6 +1,6 @@
 """The instance catalog: GPU specs, cloud offers (price per region/zone), network bandwidth.
 
-Entry points: :func:`gpu_spec`, :func:`canonical_gpu`, :func:`known_gpus` (GPU table) and
+Entry points: :func:`gpu_spec`, :func:`canonical_gpu`, :func:`gpu_label`, :func:`known_gpus` (the GPU registry) and
 :func:`load_catalog` (offers from AWS, GCP and Azure; see ``docs/catalog.md``).
 
 Example::
@@ -9,7 +9,7 @@ Example::
     >>> best = sort_offers(load_catalog().query(gpu="V100", spot=True), by="flopp", spot=True)[0]
 """
 
-from spottrain.catalog.gpus import GpuSpec, canonical_gpu, gpu_spec, known_gpus
+from spottrain.catalog.gpus import GpuSpec, canonical_gpu, gpu_label, gpu_spec, known_gpus
 from spottrain.catalog.loader import load_catalog, network_gbps_for_gpu, spot_price_snapshot
 from spottrain.catalog.network import instance_network_gbps
 from spottrain.catalog.offers import CLOUDS, Catalog, Offer, Snapshot, sort_offers
@@ -21,6 +21,7 @@ __all__ = [
     "Offer",
     "Snapshot",
     "canonical_gpu",
+    "gpu_label",
     "gpu_spec",
     "instance_network_gbps",
     "known_gpus",

@@ -1,9 +1,13 @@
-"""GPU specifications: one canonical name per GPU, with the vendor's published peak figures.
+"""The GPU registry: one canonical name per GPU, with the vendor's published peak figures.
 
-The table lives in ``spottrain/data/catalog/gpu_specs.csv`` (one row per GPU, a source URL
-and a note beside each). Names are canonical in the SkyPilot style (``V100``, ``V100-32GB``,
-``A100-80GB``); lookups accept aliases and spelling variants ("Tesla V100",
-"A100-SXM4-80GB", "nvidia l4") and suggest the near miss for anything else.
+Every layer resolves GPU names here (the performance model's :func:`spottrain.perf.hardware.device`
+is a view over this table). The table lives in ``spottrain/data/catalog/gpu_specs.csv`` (one row
+per GPU, a source URL and a note beside each): the GPUs of the cloud offers, then benchmark
+boards that appear in the shipped measurements but are not offered (workstation cards, PCIe
+variants). Names are canonical in the SkyPilot style (``V100``, ``V100-32GB``, ``A100-80GB``);
+lookups accept aliases and spelling variants ("Tesla V100", "A100-SXM4-80GB", "nvidia l4",
+"GeForce RTX 4090"), fall back to the name without memory size / form factor ("H100 SXM5" ->
+``H100``) and suggest the near miss for anything else.
 
 Example::
 
@@ -40,12 +44,12 @@ class GpuSpec:
     """Peak FP16 tensor-core TFLOPS, dense; the FP16 (or FP32) rate for GPUs without tensor cores."""
     tf32_tflops: float | None
     """Peak TF32 tensor TFLOPS, dense (Ampere and later), else ``None``."""
-    memory_gib: float
-    """GPU memory capacity (nominal)."""
+    memory_gib: float | None
+    """GPU memory capacity (nominal); ``None`` for benchmark boards whose capacity was not recorded."""
     memory_bandwidth_gbs: float
     """GPU memory bandwidth in GB/s."""
-    pcie_gen: int
-    """PCIe generation of the host link."""
+    pcie_gen: int | None
+    """PCIe generation of the host link; ``None`` where it was not recorded."""
     pcie_gbs: float
     """Host link bandwidth, GB/s per direction (x16)."""
     nvlink_gbs: float | None
@@ -73,8 +77,25 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", key)
 
 
+_VENDOR_WORDS = re.compile(r"nvidia|geforce|tesla")
+# Memory size, form factor and memory type, which several boards of one GPU share: the canonical
+# name is tried without them when the full name is unknown ("H100-SXM5" -> H100).
+_BOARD_WORDS = re.compile(r"\d+gb|sxm\d?|hbm\d?e?")
+
+
+def _lookup_keys(name: str) -> list[str]:
+    """Keys tried in turn: the name, then without vendor words, then also without board words."""
+    alnum = "".join(ch for ch in name.lower() if ch.isalnum())
+    bare = _VENDOR_WORDS.sub("", alnum)
+    return list(dict.fromkeys([_key(name), alnum, bare, _BOARD_WORDS.sub("", bare)]))
+
+
 def _opt(value: str) -> float | None:
     return float(value) if value.strip() else None
+
+
+def _opt_int(value: str) -> int | None:
+    return int(value) if value.strip() else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,9 +112,9 @@ def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
             fp32_tflops=float(row["fp32_tflops"]),
             fp16_tflops=float(row["fp16_tflops"]),
             tf32_tflops=_opt(row["tf32_tflops"]),
-            memory_gib=float(row["memory_gib"]),
+            memory_gib=_opt(row["memory_gib"]),
             memory_bandwidth_gbs=float(row["memory_bandwidth_gbs"]),
-            pcie_gen=int(row["pcie_gen"]),
+            pcie_gen=_opt_int(row["pcie_gen"]),
             pcie_gbs=float(row["pcie_gbs"]),
             nvlink_gbs=_opt(row["nvlink_gbs"]),
             source=row["source"],
@@ -106,7 +127,7 @@ def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
 
 
 def known_gpus() -> list[str]:
-    """Canonical names of every GPU in the spec table, sorted."""
+    """Canonical names of every GPU in the registry (cloud GPUs and benchmark boards), sorted."""
     return sorted(_table()[0])
 
 
@@ -116,10 +137,21 @@ def canonical_gpu(name: str) -> str:
     Raises :class:`~spottrain.errors.UnknownNameError` with the near miss if unknown.
     """
     specs, keys = _table()
-    canonical = keys.get(_key(name))
+    canonical = next((keys[k] for k in _lookup_keys(name) if k in keys), None)
     if canonical is None:
         raise UnknownNameError("GPU", name, specs)
     return canonical
+
+
+def gpu_label(name: str) -> str:
+    """The canonical name of ``name``, or ``name`` upper-cased when the registry does not know it.
+
+    For labels that must stay usable when the GPU is unknown (a user trace of a new GPU, a pool
+    of lifetime data): they group by this label instead of failing."""
+    try:
+        return canonical_gpu(name)
+    except UnknownNameError:
+        return name.strip().upper()
 
 
 def gpu_spec(name: str) -> GpuSpec:

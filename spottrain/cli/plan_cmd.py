@@ -228,7 +228,7 @@ def _render(result, out, report, refinement=None) -> None:
     from rich.table import Table
 
     from spottrain.plan import Plan
-    from spottrain.planner.api import plan_label
+    from spottrain.planner.engine import plan_label
     from spottrain.units import format_duration
 
     console = Console()
@@ -278,7 +278,7 @@ def _render(result, out, report, refinement=None) -> None:
 def _render_refinement(console, ref, top: int = 8) -> None:
     from rich.table import Table
 
-    from spottrain.planner.api import plan_label
+    from spottrain.planner.engine import plan_label
     from spottrain.units import format_duration
 
     chosen = plan_label(ref.plan)

@@ -69,6 +69,8 @@ def gpu_info(gpu: str) -> tuple[float, float] | None:
         spec = gpu_spec(gpu)
     except UnknownNameError:
         return None
+    if spec.memory_gib is None:  # a benchmark board without a recorded capacity: cannot check the batch fits
+        return None
     return float(spec.fp32_tflops), float(spec.memory_gib)
 
 

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from spottrain.plan import Plan
+from spottrain.planner.candidates import Candidate
+from spottrain.planner.engine import PS_BANDWIDTH_GBPS, market_mask, prepare, solve, to_plan
 
 DEEPVM_UTILIZATION = 0.4
 SKYPILOT_ASSUMED_S = 3600.0
@@ -41,14 +43,10 @@ def run_baselines(ctx: Any) -> dict[str, Plan | str]:
 
 
 def _plan(ctx: Any, o: Any, name: str, note: str) -> Plan:
-    from spottrain.planner.api import to_plan
-
     return to_plan(ctx, o, objective=f"baseline:{name}", explanation=note)
 
 
 def cheapest_on_demand(ctx: Any) -> Plan | str:
-    from spottrain.planner.api import market_mask, solve
-
     o = solve(ctx, mask=market_mask(ctx, spot=False, on_demand=True), max_kinds=1)
     if o is None:
         return "no on-demand cluster meets the constraints"
@@ -56,8 +54,6 @@ def cheapest_on_demand(ctx: Any) -> Plan | str:
 
 
 def _gpu_target(ctx: Any) -> int:
-    from spottrain.planner.api import market_mask, solve
-
     o = solve(ctx, mask=market_mask(ctx), max_kinds=1)
     if o is None:
         return 8
@@ -104,8 +100,6 @@ def deepvm_like(ctx: Any) -> Plan | str:
 
 
 def spotdnn_like(ctx: Any) -> Plan | str:
-    from spottrain.planner.api import market_mask, prepare, solve
-
     spot_offers = None
     if ctx.job.sync == "async":
         sub = ctx
@@ -119,8 +113,6 @@ def spotdnn_like(ctx: Any) -> Plan | str:
 
 
 def _reprepare(ctx: Any, prepare: Any) -> Any:
-    from spottrain.planner.candidates import Candidate
-
     class _Offer:
         def __init__(self, c: Candidate) -> None:
             self.cloud, self.instance_type, self.gpu, self.gpu_count = c.cloud, c.instance_type, c.gpu, c.gpus_per_node
@@ -144,8 +136,6 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
     # enough parameter servers for the gradient traffic of the throughput the deadline needs
     w = ctx.job.workload
     need = ctx.work / lim.deadline_s if lim.deadline_s else 0.0
-    from spottrain.planner.api import PS_BANDWIDTH_GBPS
-
     ps = max(1, math.ceil(2.0 * w.gradient_bytes * need / w.batch_size / (PS_BANDWIDTH_GBPS * 1e9 / 8)))
     return prepare(w, samples=ctx.job.samples, deadline_s=lim.deadline_s, budget_usd=lim.budget_usd,
                    confidence=lim.confidence, offers=offers, on_demand=False, max_nodes=lim.max_nodes,
@@ -153,8 +143,6 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
 
 
 def cmdare_like(ctx: Any) -> Plan | str:
-    from spottrain.planner.api import market_mask, solve
-
     mask = market_mask(ctx) & np.array([ctx.cands[i].gpu in ("K80", "P100", "V100") for i in ctx.cols.cand], dtype=bool)
     if not mask.any():
         return "no K80/P100/V100 offers under the constraints"

@@ -9,7 +9,7 @@ from spottrain.plan import Plan
 
 
 def write_report(result: Any, path: str | Path, *, force: bool = False) -> Path:
-    from spottrain.planner.api import plan_label
+    from spottrain.planner.engine import plan_label
     from spottrain.report.document import Report
     from spottrain.report.plots import pareto_plot
 

@@ -10,10 +10,12 @@ and cheaper. ``SWEEP_POINTS`` budgets bound the front's own latency.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from spottrain.planner.engine import describe, solve, subset_columns
 from spottrain.planner.formulation import Outcome, homogeneous_feasible
 
 SWEEP_POINTS = 4
@@ -33,11 +35,7 @@ def front_indices(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
 def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,
                   sweep: bool = True) -> list[dict[str, Any]]:
     """Non-dominated ``{label, duration_s, cost_usd}`` points, ordered by time (module docstring)."""
-    from dataclasses import replace
-
-    from spottrain.planner.api import _subset, describe
-
-    sub = _subset(ctx.cols, mask)
+    sub = subset_columns(ctx.cols, mask)
     lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
     ok = homogeneous_feasible(sub, ctx.cands, lim, 1.0, None)
     idx = np.flatnonzero(ok)
@@ -68,10 +66,6 @@ def _mix_points(ctx: Any, mask: np.ndarray, on_front: set[int], pts: list[dict[s
     The MILP sees the node kinds of the homogeneous front and their other-market twins (same
     instance type and region, spot <-> on-demand) and every node kind of the same placement group
     as the chosen plan: mixes of what is already efficient, which keeps each solve small."""
-    from dataclasses import replace
-
-    from spottrain.planner.api import solve
-
     keys = {(ctx.cands[i].cloud, ctx.cands[i].instance_type, ctx.cands[i].region) for i in on_front}
     kinds = np.array([(c.cloud, c.instance_type, c.region) in keys for c in ctx.cands], dtype=bool)
     mask = mask & kinds[ctx.cols.cand]

@@ -24,7 +24,7 @@ candidates:
    kept in order of origin, then failure-free cost, up to ``max_candidates``.
 2. **Availability model**: each candidate's spot nodes are replayed on random windows of the
    real shipped traces of its instance type, pooled over zones and dates
-   (:func:`spottrain.sim.hindsight.matching_traces`, :class:`~spottrain.sim.hindsight.TracePool`),
+   (:func:`spottrain.sim.sources.matching_traces`, :class:`~spottrain.sim.sources.TracePool`),
    minus ``exclude`` (trace names or zones). Types without a trace fall back to lifetimes sampled
    from the fitted lifetime model, and the result says so.
 3. **Simulation**: every candidate under the policy it would run with, on the same ``runs``
@@ -36,7 +36,8 @@ candidates:
 
 Deterministic given ``seed``; about ``max_candidates x runs`` simulated runs.
 
->>> from spottrain.planner.api import plan, prepare                      # doctest: +SKIP
+>>> from spottrain.planner.api import plan                               # doctest: +SKIP
+>>> from spottrain.planner.engine import prepare                          # doctest: +SKIP
 >>> from spottrain.planner.refine import refine                          # doctest: +SKIP
 >>> kw = dict(samples=90 * 1.28e6, deadline_s=16 * 3600, regions=["us-west-2"])
 >>> r = refine(plan(w, **kw), prepare(w, **kw), runs=100)                # doctest: +SKIP
@@ -56,7 +57,8 @@ from typing import Any
 import numpy as np
 
 from spottrain.plan import Plan, PlanPrediction
-from spottrain.planner.api import Context, PlanResult, plan_label, to_plan
+from spottrain.planner.api import PlanResult
+from spottrain.planner.engine import Context, plan_label, to_plan
 
 SWEEP_SPOT = (1.25, 1.5, 2.0, 3.0)
 """Multiples of the fastest failure-free size ``n0`` tried for spot node kinds (besides n0, n0+1, n0+2)."""
@@ -261,7 +263,7 @@ class _Availability:
         self.pools: dict[str, tuple[str, ...]] = {}
 
     def names_for(self, group: Any) -> tuple[str, ...]:
-        from spottrain.sim.hindsight import matching_traces
+        from spottrain.sim.sources import matching_traces
 
         key = group.instance_type
         if key not in self.pools:
@@ -270,7 +272,7 @@ class _Availability:
 
     def __call__(self, p: Plan) -> tuple[Any, str]:
         from spottrain.sim import sources
-        from spottrain.sim.hindsight import pooled_source
+        from spottrain.sim.sources import pooled_source
 
         g = replay_group(p)
         names = self.names_for(g)
@@ -304,7 +306,7 @@ def refine(
 ) -> Refinement:
     """Re-choose the plan of ``result`` by simulating its candidates on real traces.
 
-    ``ctx``: the planner's context of the same request (:func:`spottrain.planner.api.prepare`
+    ``ctx``: the planner's context of the same request (:func:`spottrain.planner.engine.prepare`
     with the arguments given to ``plan``). ``runs`` simulated runs per candidate on common seeds
     derived from ``seed``; ``confidence`` defaults to the request's. ``traces``: trace names or
     user-CSV paths to draw availability from (default: every shipped trace); ``exclude``: trace

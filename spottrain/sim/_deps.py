@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from spottrain.catalog import gpu_label
 from spottrain.errors import UnknownNameError
 from spottrain.plan import Plan
 
@@ -181,7 +182,7 @@ def alternative_offers(plan: Plan, limit: int = 4) -> list[dict[str, Any]]:
             spec = gpu_spec(o.gpu)
         except UnknownNameError:
             continue
-        if spec.memory_gib < need_gib:
+        if spec.memory_gib is None or spec.memory_gib < need_gib:  # a board without a recorded capacity
             continue
         old = best.get(o.instance_type)
         if old is None or (price, o.zone or "") < (old.spot_price_usd_per_hour, old.zone or ""):
@@ -189,7 +190,7 @@ def alternative_offers(plan: Plan, limit: int = 4) -> list[dict[str, Any]]:
     raw = _perf_raw(plan)
     ranked = []
     for o in best.values():
-        gpu = canonical_gpu(o.gpu)
+        gpu = gpu_label(o.gpu)
         tp = raw(((gpu, int(o.gpu_count), nodes),)) / nodes
         if tp > 0:
             ranked.append((o.spot_price_usd_per_hour / tp, o.instance_type, o, gpu))
@@ -217,16 +218,6 @@ _ALTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
 def _plan_key(plan: Plan) -> tuple:
     return (plan.workload, plan.groups, plan.ps, plan.sync, tuple(sorted(plan.extra.get("zones") or ())),
             plan.extra.get("memory_needed_gib"))
-
-
-def canonical_gpu(gpu: str) -> str:
-    """The catalog's name of ``gpu`` (``"v100"`` -> ``"V100"``); an unknown GPU keeps its name, upper-cased."""
-    try:
-        from spottrain.catalog import canonical_gpu
-
-        return canonical_gpu(gpu)
-    except Exception:  # noqa: BLE001 - an unknown GPU keeps its name
-        return gpu.strip().upper()
 
 
 # ---------------------------------------------------------------- speed

@@ -29,27 +29,12 @@ from typing import Any
 import numpy as np
 
 from spottrain.plan import Plan
+from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams, SimSetup
 from spottrain.sim.montecarlo import make_source, run_seed
+from spottrain.sim.sources import NoRevocations
 
 INF = math.inf
-
-
-class NoRevocations:
-    """The revocation source of a cluster without spot nodes: nothing is ever revoked."""
-
-    kind = "none"
-    description = "no spot nodes: no revocations"
-    mean_up_fraction = 1.0
-
-    def for_run(self, rng: np.random.Generator) -> "NoRevocations":
-        return self
-
-    def acquire_time(self, t: float, slot: int) -> float:
-        return t
-
-    def revoke_time(self, t: float, slot: int) -> float:
-        return INF
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +95,7 @@ _FORKED: list[SimSetup] = []
 def _run_one(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     k, seed, runs = args
     setup = _FORKED[k]
-    rs = [setup.run(run_seed(seed, i)) for i in range(runs)]
+    rs = [run_setup(setup, run_seed(seed, i)) for i in range(runs)]
     return (np.array([r.cost_usd for r in rs]), np.array([bool(r.deadline_met) for r in rs]),
             np.array([r.makespan_s if r.finished else INF for r in rs]), np.array([r.revocations for r in rs]))
 
@@ -182,69 +167,3 @@ def hindsight(outcomes: Sequence[PlanOutcome], *, confidence: float) -> Hindsigh
     oracle = float(masked[hit].mean()) if hit.any() else math.nan
     return Hindsight(best=best, oracle_mean_cost_usd=oracle, oracle_runs=int(hit.sum()), runs=runs,
                      candidates=len(outcomes))
-
-
-# ---------------------------------------------------------------- empirical availability
-def matching_traces(group: Any, *, traces: Sequence[str] | None = None,
-                    exclude: Sequence[str] = ()) -> list[str]:
-    """Traces that describe the spot market of ``group`` (a :class:`~spottrain.plan.PlanGroup`).
-
-    A trace matches by instance type (SkyPilot's ``_v100_8`` is p3.16xlarge); only when no trace
-    names the instance type do traces of the same cloud and GPU without an instance type match
-    (node traces of spot clusters). Price traces never match. ``exclude`` drops traces by name or
-    by zone (a zone drops every trace recorded there, whatever its date), so that a benchmark can
-    hold out the trace it scores on. ``traces``: names or user-CSV paths (default: shipped)."""
-    from spottrain.sim import _deps
-
-    names = list(traces) if traces is not None else _deps.list_traces()
-    drop = {x.lower() for x in exclude}
-    by_type, by_gpu = [], []
-    for name in names:
-        t = _deps.load_trace(name)
-        if t.kind == "price" or t.cloud != group.cloud:
-            continue
-        if name.lower() in drop or (t.zone and t.zone.lower() in drop):
-            continue
-        if t.instance_type:
-            if t.instance_type == group.instance_type:
-                by_type.append(name)
-        elif t.gpu and _deps.canonical_gpu(t.gpu) == _deps.canonical_gpu(group.gpu):
-            by_gpu.append(name)
-    return by_type or by_gpu
-
-
-class TracePool:
-    """Revocations replayed from a random window of one of several traces of the same market.
-
-    Each run picks a trace with probability proportional to its length (a random window of the
-    pooled record, over zones and dates), then a random offset into it, from the run's own
-    generator: deterministic given the run's seed, and the same pick for every plan on the same
-    pool (common random numbers)."""
-
-    kind = "pool"
-
-    def __init__(self, members: Sequence[Any], weights: Sequence[float], names: Sequence[str]) -> None:
-        if not members:
-            raise ValueError("an empty trace pool")
-        w = np.asarray(weights, dtype=float)
-        self.members, self.names = list(members), list(names)
-        self.p = w / w.sum()
-        self.mean_up_fraction = float(sum(pi * getattr(m, "mean_up_fraction", 1.0) for pi, m in zip(self.p, members)))
-        self.description = (f"{len(names)} pooled traces ({', '.join(names)})" if len(names) <= 3
-                            else f"{len(names)} pooled traces ({', '.join(names[:3])}, ...)")
-        self.name = self.description
-
-    def for_run(self, rng: np.random.Generator) -> Any:
-        k = int(rng.choice(len(self.members), p=self.p)) if len(self.members) > 1 else 0
-        return self.members[k].for_run(rng)
-
-
-def pooled_source(plan: Plan, names: Sequence[str], params: SimParams | None = None) -> TracePool:
-    """A :class:`TracePool` of the traces ``names`` prepared for replay against ``plan``."""
-    from spottrain.sim import _deps
-    from spottrain.sim.sources import from_trace
-
-    params = params or SimParams()
-    horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
-    members = [from_trace(n, plan, horizon) for n in names]
-    return TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)

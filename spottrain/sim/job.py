@@ -72,6 +72,13 @@ class _Batch:
         self.initial = initial
 
 
+def run_setup(setup: SimSetup, seed: int, *, record: bool = False) -> RunResult:
+    """One simulated run of ``setup`` with ``seed`` (``record``: keep the timeline for a plot).
+
+    Deterministic given ``seed``."""
+    return JobRun(setup, seed, record=record).run()
+
+
 class JobRun:
     """One simulated run of the job (see the module docstring for the model)."""
 

@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.catalog import gpu_label
 from spottrain.errors import InputError
 from spottrain.policies import NodeOption
 from spottrain.sim import _deps
-from spottrain.sim.sources import from_model, from_trace
+from spottrain.sim.sources import TracePool, from_model, from_trace, matching_traces
 
 INF = math.inf
 
@@ -131,7 +132,7 @@ class Markets:
     An alternative's revocations come from the same kind of source as the plan's: with sampled
     lifetimes (``--model fitted``), the fitted lifetime model of its (cloud, GPU); with a replayed
     trace, the shipped traces of its instance type
-    (:func:`spottrain.sim.hindsight.matching_traces`, pooled by length when several), else its
+    (:func:`spottrain.sim.sources.matching_traces`, pooled by length when several), else its
     fitted lifetime model. :attr:`descriptions` says which each one used."""
 
     def __init__(self, plan, source, groups: list, horizon_s: float, traces: dict[str, str] | None = None) -> None:
@@ -174,8 +175,6 @@ class Markets:
         if own is not None:
             return from_trace(own, one, self.horizon_s), f"trace {own}"
         if self.use_traces:
-            from spottrain.sim.hindsight import TracePool, matching_traces
-
             names = matching_traces(group)
             if names:
                 members = [from_trace(n, one, self.horizon_s) for n in names]
@@ -198,7 +197,7 @@ def add_alternative_types(types: dict[tuple[str, bool, str | None], NodeType], m
         if key in types:
             continue
         types[key] = t = NodeType(
-            cloud=g.cloud, instance_type=g.instance_type, gpu=_deps.canonical_gpu(g.gpu),
+            cloud=g.cloud, instance_type=g.instance_type, gpu=gpu_label(g.gpu),
             gpus_per_node=g.gpus_per_node, spot=True, zone=g.zone, price_usd_per_hour=float(g.price_usd_per_hour),
             weight=_deps.gpu_weight(g.gpu) * g.gpus_per_node, market=k)
         added.append(t)

@@ -21,6 +21,7 @@ from spottrain.errors import InputError
 from spottrain.plan import Plan
 from spottrain.policies import get_policy
 from spottrain.sim import baselines, sources
+from spottrain.sim.job import run_setup
 from spottrain.sim.setup import RunResult, SimParams, SimSetup
 from spottrain.sim.markets import Markets
 
@@ -141,7 +142,7 @@ _FORKED: dict[str, Any] = {}
 def _run_chunk(args: tuple[str, int, int, int]) -> list[RunResult]:
     policy, seed, lo, hi = args
     setup = _FORKED[policy]
-    return [setup.run(run_seed(seed, i)) for i in range(lo, hi)]
+    return [run_setup(setup, run_seed(seed, i)) for i in range(lo, hi)]
 
 
 def simulate(
@@ -203,7 +204,7 @@ def simulate(
         for p, setup in setups.items():
             rs = []
             for i in range(runs):
-                rs.append(setup.run(run_seed(seed, i)))
+                rs.append(run_setup(setup, run_seed(seed, i)))
                 if progress is not None:
                     progress(1)
             results[p] = rs
@@ -228,5 +229,5 @@ def timeline_run(plan: Plan, *, trace: str | None, model: bool, policy: str, see
     source = make_source(plan, trace=trace, model=model, params=params)
     setup = make_setup(plan, policy, source, params)
     if run is None:
-        run = next((i for i in range(100) if setup.run(run_seed(seed, i)).revocations > 0), 0)
-    return setup.run(run_seed(seed, run), record=True)
+        run = next((i for i in range(100) if run_setup(setup, run_seed(seed, i)).revocations > 0), 0)
+    return run_setup(setup, run_seed(seed, run), record=True)

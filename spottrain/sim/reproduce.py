@@ -283,6 +283,7 @@ def study_rate_usd_per_s(folder: str, workers: int, ps: int = 1) -> float:
 def _predict_spot(pred: _Predictor, gpu: str, workers: int, ps: int, usd_per_s: float, runs: int,
                   seed: int) -> tuple[float, float, float]:
     """(mean duration s, mean cost USD, failed share) over simulated runs that kept their chief."""
+    from spottrain.sim.job import run_setup
     from spottrain.sim.setup import SimParams, SimSetup
     from spottrain.sim.montecarlo import run_seed
     from spottrain.sim.sources import LifetimeSource
@@ -300,7 +301,7 @@ def _predict_spot(pred: _Predictor, gpu: str, workers: int, ps: int, usd_per_s: 
                      throughput_override=(f, "CM-DARE-fitted throughput model"))
     ok_d, ok_c, failed = [], [], 0
     for i in range(runs):
-        r = setup.run(run_seed(seed, i))
+        r = run_setup(setup, run_seed(seed, i))
         if r.failed or not r.finished:
             failed += 1
             continue

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from spottrain.catalog import gpu_label
 from spottrain.plan import Plan
 from spottrain.policies import NodeOption, NodeView, Policy, get_policy
 from spottrain.sim import _deps, markets
@@ -21,8 +22,6 @@ from spottrain.sim.markets import NodeType
 INF = math.inf
 TICK_POLICIES = {"uniform-progress", "deadline-margin", "deadline-return", "deadline-cheapest"}
 """Policies that look at periodic ticks; the others are asked only on real events."""
-
-canonical = _deps.canonical_gpu
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +163,7 @@ class SimSetup:
     def _type(self, cloud, itype, gpu, gpn, spot, zone, price) -> NodeType:
         key = (itype, spot, zone)
         if key not in self.types:
-            self.types[key] = NodeType(cloud=cloud, instance_type=itype, gpu=canonical(gpu), gpus_per_node=gpn,
+            self.types[key] = NodeType(cloud=cloud, instance_type=itype, gpu=gpu_label(gpu), gpus_per_node=gpn,
                                        spot=spot, zone=zone, price_usd_per_hour=float(price),
                                        weight=_deps.gpu_weight(gpu) * gpn)
         return self.types[key]
@@ -186,8 +185,3 @@ class SimSetup:
         same = next((x for x in self.types.values() if x.instance_type == option.instance_type), None)
         return self._type(same.cloud if same else "aws", option.instance_type, option.gpu,
                           same.gpus_per_node if same else 1, option.spot, option.zone, option.price_usd_per_hour)
-
-    def run(self, seed: int, *, record: bool = False) -> RunResult:
-        from spottrain.sim.job import JobRun
-
-        return JobRun(self, seed, record=record).run()

@@ -1,4 +1,5 @@
-"""Where revocations come from: a replayed trace, or lifetimes sampled from a fitted model.
+"""Where revocations come from: a replayed trace, a pool of traces of one market, lifetimes sampled
+from a fitted model, or nothing (:class:`NoRevocations`, a cluster without spot nodes).
 
 Both answer two questions for a spot node that holds *slot* ``j`` of the job's spot nodes:
 
@@ -22,15 +23,34 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from spottrain.catalog import gpu_label
 from spottrain.errors import InputError
 from spottrain.sim import _deps
 
 INF = math.inf
+
+
+class NoRevocations:
+    """The revocation source of a cluster without spot nodes: nothing is ever revoked."""
+
+    kind = "none"
+    description = "no spot nodes: no revocations"
+    mean_up_fraction = 1.0
+
+    def for_run(self, rng: np.random.Generator) -> "NoRevocations":
+        return self
+
+    def acquire_time(self, t: float, slot: int) -> float:
+        return t
+
+    def revoke_time(self, t: float, slot: int) -> float:
+        return INF
 
 
 class RunRevocations:
@@ -183,13 +203,12 @@ class LifetimeRun(RunRevocations):
 
 # ---------------------------------------------------------------- construction
 def _trace_matches(trace, plan) -> bool:
-    canonical = _deps.canonical_gpu
     for g in plan.groups:
         if not g.spot:
             continue
         if trace.instance_type and trace.instance_type == g.instance_type:
             return True
-        if trace.gpu and canonical(trace.gpu) == canonical(g.gpu):
+        if trace.gpu and gpu_label(trace.gpu) == gpu_label(g.gpu):
             return True
     return False
 
@@ -260,3 +279,64 @@ def from_model(plan):
     g = spot[0]
     sample, desc = _deps.lifetime_sampler(g.cloud, g.gpu)
     return LifetimeSource(sample, desc, _deps.GCP_CAP_S if g.cloud == "gcp" else None)
+
+
+# ---------------------------------------------------------------- empirical availability
+def matching_traces(group: Any, *, traces: Sequence[str] | None = None,
+                    exclude: Sequence[str] = ()) -> list[str]:
+    """Traces that describe the spot market of ``group`` (a :class:`~spottrain.plan.PlanGroup`).
+
+    A trace matches by instance type (SkyPilot's ``_v100_8`` is p3.16xlarge); only when no trace
+    names the instance type do traces of the same cloud and GPU without an instance type match
+    (node traces of spot clusters). Price traces never match. ``exclude`` drops traces by name or
+    by zone (a zone drops every trace recorded there, whatever its date), so that a benchmark can
+    hold out the trace it scores on. ``traces``: names or user-CSV paths (default: shipped)."""
+    names = list(traces) if traces is not None else _deps.list_traces()
+    drop = {x.lower() for x in exclude}
+    by_type, by_gpu = [], []
+    for name in names:
+        t = _deps.load_trace(name)
+        if t.kind == "price" or t.cloud != group.cloud:
+            continue
+        if name.lower() in drop or (t.zone and t.zone.lower() in drop):
+            continue
+        if t.instance_type:
+            if t.instance_type == group.instance_type:
+                by_type.append(name)
+        elif t.gpu and gpu_label(t.gpu) == gpu_label(group.gpu):
+            by_gpu.append(name)
+    return by_type or by_gpu
+
+
+class TracePool:
+    """Revocations replayed from a random window of one of several traces of the same market.
+
+    Each run picks a trace with probability proportional to its length (a random window of the
+    pooled record, over zones and dates), then a random offset into it, from the run's own
+    generator: deterministic given the run's seed, and the same pick for every plan on the same
+    pool (common random numbers)."""
+
+    kind = "pool"
+
+    def __init__(self, members: Sequence[Any], weights: Sequence[float], names: Sequence[str]) -> None:
+        if not members:
+            raise ValueError("an empty trace pool")
+        w = np.asarray(weights, dtype=float)
+        self.members, self.names = list(members), list(names)
+        self.p = w / w.sum()
+        self.mean_up_fraction = float(sum(pi * getattr(m, "mean_up_fraction", 1.0) for pi, m in zip(self.p, members)))
+        self.description = (f"{len(names)} pooled traces ({', '.join(names)})" if len(names) <= 3
+                            else f"{len(names)} pooled traces ({', '.join(names[:3])}, ...)")
+        self.name = self.description
+
+    def for_run(self, rng: np.random.Generator) -> Any:
+        k = int(rng.choice(len(self.members), p=self.p)) if len(self.members) > 1 else 0
+        return self.members[k].for_run(rng)
+
+
+def pooled_source(plan, names: Sequence[str], params: Any = None) -> TracePool:
+    """A :class:`TracePool` of the traces ``names`` prepared for replay against ``plan``
+    (``params``: the run's :class:`~spottrain.sim.setup.SimParams`, for its ``horizon_s``)."""
+    horizon = (params.horizon_s if params is not None else None) or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
+    members = [from_trace(n, plan, horizon) for n in names]
+    return TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)

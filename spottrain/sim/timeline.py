@@ -9,8 +9,8 @@ from spottrain.sim.setup import RunResult
 
 
 def timeline_png(result: RunResult, *, title: str = "") -> bytes:
-    """PNG of a recorded run (``SimSetup.run(seed, record=True)``): progress (% of the job) and
-    durable checkpoints on top, live nodes below, against hours since the start."""
+    """PNG of a recorded run (``spottrain.sim.job.run_setup(setup, seed, record=True)``): progress
+    (% of the job) and durable checkpoints on top, live nodes below, against hours since the start."""
     import matplotlib
 
     matplotlib.use("Agg")

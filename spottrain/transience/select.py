@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spottrain.catalog import canonical_gpu, gpu_label, load_catalog
+from spottrain.errors import UnknownNameError
 from spottrain.transience.lifetimes import Lifetimes, node_lifetimes
 from spottrain.transience.models import (
     BathtubLifetime,
@@ -246,23 +248,17 @@ def known_pools() -> list[tuple[str, str]]:
 
 
 def _canonical(gpu: str) -> str:
+    """The registry's name of ``gpu``; an instance type stands for its GPU; an unknown name keeps
+    its label (upper-cased), under which traces of it are pooled."""
     try:
-        from spottrain.catalog import canonical_gpu  # type: ignore[attr-defined]
-
         return canonical_gpu(gpu)
-    except Exception:  # catalog missing or the name is an instance type / unknown
+    except UnknownNameError:
         pass
     try:
-        from spottrain.catalog import load_catalog  # type: ignore[attr-defined]
-
         offers = load_catalog().instance(gpu)
-        if offers:
-            return offers[0].gpu
-    except Exception:
-        pass
-    g = gpu.strip().upper()
-    return {"A100-40GB": "A100", "TESLA V100": "V100", "TESLA K80": "K80", "TESLA T4": "T4",
-            "TESLA P100": "P100"}.get(g, g)
+    except UnknownNameError:  # not an instance type either
+        offers = []
+    return offers[0].gpu if offers else gpu_label(gpu)
 
 
 def lifetime_model(cloud: str, gpu: str, zone: str | None = None) -> FittedLifetime:

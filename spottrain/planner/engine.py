@@ -1,0 +1,362 @@
+"""The planner's engine: prepare a request, solve it over a market mask, turn an outcome into a Plan.
+
+:func:`prepare` validates a request and assesses every homogeneous column once (a
+:class:`Context`); :func:`solve` finds the best plan among the columns a mask selects;
+:func:`market_mask` selects spot and/or on-demand columns; :func:`to_plan` and :func:`describe`
+turn an :class:`~spottrain.planner.formulation.Outcome` into a :class:`~spottrain.plan.Plan` or a
+one-line text. :func:`spottrain.planner.api.plan` (the facade), the baselines and the Pareto
+front are built on these.
+
+>>> from spottrain.planner.engine import market_mask, prepare, solve       # doctest: +SKIP
+>>> ctx = prepare(workload, samples=1.28e6, deadline_s=7200)               # doctest: +SKIP
+>>> best = solve(ctx, mask=market_mask(ctx, on_demand=False))              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from spottrain.errors import InputError, UnknownNameError
+from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.planner import _deps, risk
+from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
+from spottrain.planner.columns import REGROUP_S, Columns, Job, build_columns, node_counts
+from spottrain.planner.formulation import Limits, Outcome, Picks, SolveStats, homogeneous_feasible, solve_mix, spot_mask
+
+ONE_JOB = 1.0
+"""The optimizer counts work in jobs, not samples: a column's rate ``E_j = 1 / E[T_j]`` (jobs per
+second), since with a target loss the samples of a job depend on the cluster."""
+
+PS_BANDWIDTH_GBPS = 10.0
+"""Network of one parameter server (a 10 Gbps CPU instance, as in CM-DARE's setup)."""
+
+
+@dataclass(kw_only=True)
+class Context:
+    """Everything computed once per request; reused by the baselines and the Pareto front."""
+
+    job: Job
+    cands: list[Candidate]
+    cols: Columns
+    limits: Limits
+    traffic: np.ndarray | None
+    report: CandidateReport
+    snapshot: str
+
+    @property
+    def work(self) -> float:
+        """Samples of a one-GPU cluster (the work of every cluster unless a target loss is set)."""
+        return float(self.job.work(1, 1)[0])
+
+    def work_of(self, picks: Picks) -> float:
+        """Samples the cluster ``picks`` must train."""
+        nodes = sum(n for _, n in picks)
+        gpus = sum(n * self.cands[i].gpus_per_node for i, n in picks)
+        return float(self.job.work(nodes, gpus)[0])
+
+    def evaluate(self, picks: Picks) -> Outcome:
+        """Exact assessment of a plan (perf model's mix rule + risk model of the whole cluster)."""
+        return evaluate_picks(self.job, self.cands, picks, self.limits)
+
+    def column_outcome(self, j: int) -> Outcome:
+        return self.evaluate(((int(self.cols.cand[j]), int(self.cols.n[j])),))
+
+
+def plan_label(p: Plan) -> str:
+    return p.label
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: Limits) -> Outcome:
+    groups = [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps) for i, n in picks]
+    thr, lo, hi, bott = _deps.throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps)
+    total = sum(n for _, n in picks)
+    rate = smean = s2 = 0.0
+    for i, n in picks:
+        c = cands[i]
+        if c.spot:
+            rev = _deps.revocation(c.cloud, c.gpu)
+            r = n * rev.rate_per_s
+            rate += r
+            smean += r * (REGROUP_S + rev.restart_mean_s / total)
+            s2 += r * (rev.restart_sd_s / total) ** 2
+    if rate > 0:
+        smean, sd = smean / rate, (s2 / rate) ** 0.5
+    else:
+        smean, sd = REGROUP_S, 0.0
+    nodes = sum(n for _, n in picks)
+    gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
+    a = risk.assess(job.work(nodes, gpus), np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
+                    np.array([smean]), np.array([sd]), job.checkpoint_s, deadline_s=job.deadline_s,
+                    confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
+    price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
+    p = None if a.p_deadline is None else float(a.p_deadline[0])
+    out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
+                  time_p95_s=float(a.time_p95_s[0]), price_rate=price, p_deadline=p, feasible=True, thr=thr, low=lo,
+                  high=hi, bottleneck=bott, interval_s=float(a.interval_s[0]), revocations=float(a.revocations[0]))
+    why = _violations(out, cands, limits, job)
+    return replace(out, feasible=not why, why_not="; ".join(why))
+
+
+def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job) -> list[str]:
+    why = []
+    if not np.isfinite(o.time_mean_s):
+        why.append("revocations arrive faster than the job can recover")
+    nodes = sum(n for _, n in o.picks)
+    if nodes > limits.max_nodes:
+        why.append(f"{nodes} nodes > max {limits.max_nodes}")
+    if limits.deadline_s is not None and (o.p_deadline or 0.0) < limits.confidence:
+        why.append(f"P(finish by deadline) = {o.p_deadline or 0:.2f} < {limits.confidence:.2f}")
+    od = sum(n for i, n in o.picks if not cands[i].spot)
+    if od < limits.anchor_min_on_demand or od < limits.anchor_share * nodes - 1e-9:
+        why.append("no on-demand anchor")
+    if limits.budget_usd is not None and o.cost_usd > limits.budget_usd:
+        why.append(f"expected cost ${o.cost_usd:,.2f} > budget ${limits.budget_usd:,.2f}")
+    if limits.hard_cap_usd is not None and o.cost_p95_usd > limits.hard_cap_usd:
+        why.append(f"p95 cost ${o.cost_p95_usd:,.2f} > cap ${limits.hard_cap_usd:,.2f}")
+    if limits.ps_capacity_bytes_per_s is not None and job.ps > 0:
+        traffic = 2.0 * job.workload.gradient_bytes * o.thr / job.workload.batch_size
+        if traffic > limits.ps_capacity_bytes_per_s:
+            why.append("parameter servers saturated")
+    return why
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def prepare(
+    workload: Any,
+    *,
+    samples: float,
+    deadline_s: float | None = None,
+    budget_usd: float | None = None,
+    hard_cap_usd: float | None = None,
+    confidence: float = 0.95,
+    catalog: Any = None,
+    offers: Sequence[Any] | None = None,
+    spot: bool = True,
+    on_demand: bool = True,
+    clouds: Sequence[str] | None = None,
+    regions: Sequence[str] | None = None,
+    zones: Sequence[str] | None = None,
+    gpus: Sequence[str] | None = None,
+    instance_types: Sequence[str] | None = None,
+    max_nodes: int = 64,
+    max_kinds: int = 3,
+    quotas: dict[str, int] | None = None,
+    on_demand_anchor: bool = False,
+    anchor_share: float = 0.0,
+    sync: str = "sync",
+    ps: int | None = None,
+    profile: Any = None,
+    work_rule: Any = None,
+) -> Context:
+    """Validate the request, build candidates and assess every homogeneous column."""
+    _validate(samples=samples, deadline_s=deadline_s, budget_usd=budget_usd, confidence=confidence,
+              max_nodes=max_nodes, spot=spot, on_demand=on_demand, anchor=on_demand_anchor or anchor_share > 0,
+              sync=sync, max_kinds=max_kinds)
+    if offers is None:
+        catalog = catalog if catalog is not None else _deps.load_catalog()
+        offers = catalog.offers
+    snapshot = str(getattr(catalog, "snapshot_date", "") or "")
+    if ps is None:
+        ps = 1 if sync == "async" else 0
+    _check_names(offers, zones=zones, quotas=quotas)
+    cands, report = build_candidates(offers, clouds=clouds, regions=regions, zones=zones, gpus=gpus,
+                                     instance_types=instance_types, spot=spot, on_demand=on_demand,
+                                     min_gpu_memory_gib=memory_needed_gib(workload, profile))
+    cands = drop_twins(cands, quotas, report)
+    anchor = on_demand_anchor or anchor_share > 0
+    job = Job(workload=workload, samples=float(samples), sync=sync, ps=ps,
+              checkpoint_s=risk.checkpoint_cost_s(workload.gradient_bytes, anchor=anchor), deadline_s=deadline_s,
+              confidence=confidence, work_rule=work_rule)
+    limits = Limits(max_nodes=max_nodes, max_kinds=max_kinds, quotas=quotas,
+                    anchor_min_on_demand=1 if anchor else 0, anchor_share=anchor_share,
+                    ps_capacity_bytes_per_s=(ps * PS_BANDWIDTH_GBPS * 1e9 / 8) if ps > 0 else None,
+                    deadline_s=deadline_s, confidence=confidence, budget_usd=budget_usd, hard_cap_usd=hard_cap_usd,
+                    same_gpu=(sync == "sync"))
+    cols = build_columns(job, cands, node_counts(cands, max_nodes, quotas))
+    traffic = None
+    if ps > 0:
+        g = np.array([cands[i].gpus_per_node for i in cols.cand], dtype=float)
+        traffic = 2.0 * workload.gradient_bytes * cols.thr / (workload.batch_size * g)
+    return Context(job=job, cands=cands, cols=cols, limits=limits, traffic=traffic, report=report, snapshot=snapshot)
+
+
+def drop_twins(cands: list[Candidate], quotas: dict[str, int] | None, report: CandidateReport) -> list[Candidate]:
+    """Drop a node kind when a cheaper one has the same cloud, region, GPU, GPUs per node, network
+    and market (e.g. ``a3-edgegpu-8g`` vs ``a3-edgegpu-8g-nolssd``): performance and revocation
+    models see them as the same node, so the dearer one is dominated. Kinds named in a quota stay."""
+    named = {k.lower() for k in (quotas or {})}
+    best: dict[tuple, Candidate] = {}
+    out = []
+    for c in cands:
+        if c.instance_type.lower() in named or c.gpu.lower() in named:
+            out.append(c)
+            continue
+        key = (c.cloud, c.region, c.gpu, c.gpus_per_node, c.network_gbps, c.spot)
+        old = best.get(key)
+        if old is None or (c.price_usd_per_hour, c.instance_type) < (old.price_usd_per_hour, old.instance_type):
+            best[key] = c
+    kept = out + list(best.values())
+    report.notes.append(f"{len(cands) - len(kept)} node kinds dominated by an identical cheaper type")
+    return sorted(kept, key=lambda c: (c.cloud, c.instance_type, c.spot, c.region))
+
+
+def _check_names(offers: Sequence[Any], *, zones: Sequence[str] | None, quotas: dict[str, int] | None) -> None:
+    """Zones and quota names must exist in the catalog (a typo would silently change the plan)."""
+    if zones:
+        known = {o.zone for o in offers if o.zone}
+        low = {z.lower() for z in known} | {o.region.lower() for o in offers}
+        for z in zones:
+            if z.lower() not in low:
+                raise UnknownNameError("zone (--zones)", z, known)
+    if quotas:
+        known = {o.instance_type for o in offers} | {o.gpu for o in offers}
+        low = {k.lower() for k in known}
+        for name in quotas:
+            if name.lower() not in low:
+                raise UnknownNameError("instance type or GPU (--quota)", name, known)
+
+
+def _validate(*, samples, deadline_s, budget_usd, confidence, max_nodes, spot, on_demand, anchor, sync, max_kinds):
+    if not (samples and samples > 0):
+        raise InputError(f"samples to train must be positive, got {samples!r}", column="--samples")
+    if deadline_s is not None and not deadline_s > 0:
+        raise InputError(f"must be positive, got {deadline_s!r}", column="--deadline")
+    if budget_usd is not None and not budget_usd > 0:
+        raise InputError(f"must be positive, got {budget_usd!r}", column="--budget")
+    if deadline_s is None and budget_usd is None:
+        raise InputError("give a --deadline (cheapest plan that meets it) or a --budget (fastest plan within it)")
+    if not 0.5 <= confidence < 1.0:
+        raise InputError(f"expected a probability in [0.5, 1), got {confidence!r}", column="--confidence")
+    if max_nodes < 1:
+        raise InputError(f"must be >= 1, got {max_nodes}", column="--max-nodes")
+    if max_kinds < 1:
+        raise InputError(f"must be >= 1, got {max_kinds}", column="--max-types")
+    if not spot and not on_demand:
+        raise InputError("neither spot nor on-demand servers are allowed")
+    if anchor and not on_demand:
+        raise InputError("--spot-only contradicts --on-demand-anchor (the anchor is an on-demand server)")
+    if sync not in ("sync", "async"):
+        raise InputError(f"expected sync or async, got {sync!r}", column="--sync")
+
+
+# --------------------------------------------------------------------------- solve
+
+
+def objective_of(ctx: Context) -> str:
+    return "min-cost" if ctx.limits.deadline_s is not None else "max-throughput"
+
+
+def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None = None,
+          stats: SolveStats | None = None, time_limit_s: float = 1.0) -> Outcome | None:
+    """Best plan: exact homogeneous enumeration, then the lazy MILP over mixes."""
+    cols, limits = ctx.cols, ctx.limits
+    if max_kinds is not None:
+        limits = replace(limits, max_kinds=max_kinds)
+    sub = subset_columns(cols, mask)
+    traffic = ctx.traffic if (mask is None or ctx.traffic is None or mask.all()) else ctx.traffic[mask]
+    objective = objective_of(ctx)
+    ok = homogeneous_feasible(sub, ctx.cands, limits, ONE_JOB, traffic)
+    incumbent = None
+    if ok.any():
+        idx = np.flatnonzero(ok)
+        score = sub.cost_usd[idx] if objective == "min-cost" else sub.time_mean_s[idx]
+        j = int(idx[np.argmin(score)])
+        incumbent = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
+    if limits.max_kinds < 2:
+        return incumbent
+    job = ctx.job
+
+    def group_cap(members: list[int], m: int) -> np.ndarray:
+        """A bound on the effective throughput of any synchronous mix of N = 1..m nodes of the group:
+        N nodes of its fastest kind (the mix waits for its slowest GPU) revoked at the least rate of
+        its members (none when one is on demand), under the exact risk model."""
+        n = np.arange(1, m + 1)
+        revs = [_deps.revocation(ctx.cands[i].cloud, ctx.cands[i].gpu) for i in members if ctx.cands[i].spot]
+        if len(revs) < len(members):
+            rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
+        else:
+            r_min = min(r.rate_per_s for r in revs)
+            rate = n * r_min
+            sm = REGROUP_S + min(r.restart_mean_s for r in revs) / n
+            sd = min(r.restart_sd_s for r in revs) / n
+        out = []
+        for shape in sorted({ctx.cands[i].shape for i in members}):
+            gpu, g, net = shape
+            thr, lo, hi, _ = _deps.throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
+            a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
+                            work_log_sd=job.work_log_sd(n, n * g))
+            e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
+            out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
+        return out
+
+    return solve_mix(sub, ctx.cands, limits, ONE_JOB, objective, incumbent, ctx.evaluate, traffic, stats=stats,
+                     group_cap=group_cap, time_limit_s=time_limit_s)
+
+
+def subset_columns(cols: Columns, mask: np.ndarray | None) -> Columns:
+    """The columns selected by ``mask`` (all of them when ``mask`` is None or all true)."""
+    if mask is None or mask.all():
+        return cols
+    kw = {}
+    for name in Columns.__dataclass_fields__:
+        v = getattr(cols, name)
+        if isinstance(v, np.ndarray):
+            kw[name] = v[mask]
+        else:
+            kw[name] = v
+    return Columns(**kw)
+
+
+def market_mask(ctx: Context, *, spot: bool = True, on_demand: bool = True) -> np.ndarray:
+    s = spot_mask(ctx.cands)[ctx.cols.cand]
+    return (s & spot) | (~s & on_demand)
+
+
+# --------------------------------------------------------------------------- to a Plan
+
+
+def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanation: str = "",
+            extra: dict[str, Any] | None = None, exact_interval: bool = False) -> Plan:
+    w = ctx.job.workload
+    groups = tuple(
+        PlanGroup(cloud=c.cloud, instance_type=c.instance_type, gpu=c.gpu, gpus_per_node=c.gpus_per_node, count=n,
+                  spot=c.spot, region=c.region, zone=c.zone, price_usd_per_hour=c.price_usd_per_hour,
+                  on_demand_price_usd_per_hour=c.on_demand_price_usd_per_hour, network_gbps=c.network_gbps)
+        for c, n in ((ctx.cands[i], n) for i, n in o.picks)
+    )
+    spot_nodes = sum(g.count for g in groups if g.spot)
+    interval = o.interval_s
+    if spot_nodes and groups and exact_interval:
+        g0 = next(g for g in groups if g.spot)
+        rate = o.revocations / max(o.time_mean_s, 1e-9)
+        interval = _deps.optimal_checkpoint_interval_s(ctx.job.checkpoint_s, g0.cloud, g0.gpu, spot_nodes, rate / spot_nodes)
+    elif not spot_nodes:
+        interval = 3600.0
+    pred = PlanPrediction(
+        throughput_samples_per_s=o.thr, throughput_low=o.low, throughput_high=o.high, duration_s=o.time_mean_s,
+        duration_p95_s=o.time_p95_s, cost_usd=o.cost_usd, cost_p95_usd=o.cost_p95_usd, p_meet_deadline=o.p_deadline,
+        bottleneck=o.bottleneck, expected_revocations=o.revocations,
+    )
+    pw = PlanWorkload(model=w.model, batch_size=int(w.batch_size), samples_total=ctx.work_of(o.picks),
+                      flops_per_sample=float(w.flops_per_sample), param_count=int(w.param_count),
+                      gradient_bytes=float(w.gradient_bytes))
+    policy = "deadline-margin" if (ctx.limits.deadline_s is not None and spot_nodes) else "replace-same"
+    return Plan(workload=pw, groups=groups, ps=ctx.job.ps, sync=ctx.job.sync, prediction=pred,
+                checkpoint_interval_s=float(interval), deadline_s=ctx.limits.deadline_s,
+                budget_usd=ctx.limits.budget_usd, confidence=ctx.limits.confidence,
+                objective=objective or objective_of(ctx), policy=policy, explanation=explanation,
+                catalog_snapshot=ctx.snapshot, extra=dict(extra or {}))
+
+
+def describe(ctx: Context, o: Outcome) -> str:
+    return " + ".join(f"{n}x {ctx.cands[i].instance_type}" + (" spot" if ctx.cands[i].spot else " on-demand")
+                      for i, n in o.picks)
