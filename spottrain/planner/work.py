@@ -12,7 +12,10 @@ target loss it depends on the cluster, because more workers change what one samp
   ``B_noise`` of McCandlish et al., "An Empirical Model of Large-Batch Training", 2018) the steps
   follow their large-batch law instead: ``S(B) = S_min (1 + B_noise / B)``, i.e. samples
   ``E(B) = E_min (1 + B / B_noise)``: nearly constant below the critical batch, linear above it.
-  The model's steps at the profiled batch ``b`` fix ``S_min``.
+  The model's steps at the profiled batch ``b`` fix ``S_min``. With past runs' curves at two or
+  more global batch sizes (or recording the gradient noise scale), the steps come from
+  :class:`spottrain.perf.batch_scaling.BatchScalingModel` at ``B`` instead, learnt from those
+  runs, with its calibrated interval (wider outside the measured batches) as the steps' spread.
 - **Asynchronous parameter servers**: every node's update is a global step of ``b x g`` samples
   (``g`` GPUs per node); ``N`` nodes make the updates about ``N - 1`` steps stale. The steps come
   from the model at ``workers = N`` (equal workers), samples = steps x b x (G / N).
@@ -44,6 +47,9 @@ class TargetLoss:
     """Per-GPU batch size."""
     critical_batch: float | None = None
     """Gradient noise scale B_noise (samples); None = the convergence model's own batch rule."""
+    batch_model: Any = None
+    """A fitted :class:`spottrain.perf.batch_scaling.BatchScalingModel` for synchronous clusters
+    (past runs at several global batch sizes); None = the rules above."""
 
     def samples(self, nodes: np.ndarray, gpus: np.ndarray, sync: str) -> np.ndarray:
         """Samples to the target for clusters of ``nodes`` nodes holding ``gpus`` GPUs in all."""
@@ -63,11 +69,19 @@ class TargetLoss:
         """Log-sd of :meth:`samples`: the convergence model's ~90 % steps interval read as a lognormal
         (``steps_log_error_q90 / 1.645``) for asynchronous clusters whose node count no curve
         measured (the staleness dependence carried to another count, where the steps are
-        uncertain); 0 otherwise (a measured count repeats a recorded run; a synchronous cluster
-        keeps the steps of the profiled batch, the conservative end of the batch-size rule)."""
+        uncertain); for synchronous clusters with a :attr:`batch_model`, its ~90 % half-width at the
+        cluster's global batch (wider outside the measured batches); 0 otherwise (a measured count
+        repeats a recorded run; a synchronous cluster keeps the steps of the profiled batch, the
+        conservative end of the batch-size rule)."""
         nodes = np.atleast_1d(np.asarray(nodes, dtype=float))
         if sync != "async":
-            return np.zeros(nodes.shape)
+            if self.batch_model is None:
+                return np.zeros(nodes.shape)
+            from spottrain.planner.risk import Z90
+
+            gpus = np.broadcast_to(np.atleast_1d(np.asarray(gpus, dtype=float)), nodes.shape)
+            return np.array([self.batch_model.steps_log_error_q90(self.batch_size * max(g, 1.0)) / Z90
+                             for g in gpus.tolist()])
         from spottrain.planner.risk import Z90
 
         seen = np.isin(nodes, np.asarray(self.model.worker_counts_, dtype=float))
@@ -80,6 +94,8 @@ class TargetLoss:
             steps = self.model.steps_to_target(self.target_loss, batch_size_global=per_update, workers=max(nodes, 1))
             return float(steps) * per_update
         big = b * max(gpus, 1)
+        if self.batch_model is not None:
+            return float(self.batch_model.steps_to_target(self.target_loss, batch_size_global=big)) * big
         if self.critical_batch is None:
             steps = self.model.steps_to_target(self.target_loss, batch_size_global=big, workers=1, staleness=0.0)
             return float(steps) * big
@@ -94,6 +110,9 @@ class TargetLoss:
         """Why no cluster can reach the target, or None when one GPU can."""
         if math.isfinite(self._one(1, 1, "sync")):
             return None
+        if self.batch_model is not None:
+            best = min(min(c.losses) for c in self.batch_model.curves_)
+            return f"no run in the curves reaches {self.target_loss:g} (the lowest they reach is {best:.4g}); give a higher target"
         floors = [coef[4] for _, coef in getattr(self.model, "phases_", ())]
         lowest = f" (the fitted curve levels off at {min(floors):.4g})" if floors else ""
         return f"the loss curve never reaches {self.target_loss:g}{lowest}; give a higher target"
@@ -104,6 +123,8 @@ def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
     """Fit the convergence model on a profile's loss curve ([[step, loss], ...] at the profiled
     per-GPU batch) or on past runs' curves (:class:`~spottrain.perf.convergence.LossCurve` objects,
     e.g. from :func:`~spottrain.perf.convergence.read_loss_curves`) and return the work rule.
+    Synchronous runs at two or more global batch sizes (or with a noise scale) also fit the
+    batch-size model, which synchronous clusters then use.
     Raises :class:`InputError` naming ``--target-loss`` when the curve is missing, cannot be
     fitted, or never reaches the target."""
     if not loss_curve:
@@ -115,12 +136,20 @@ def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
         raise InputError(f"--critical-batch: must be a positive batch size, got {critical_batch!r}")
     from spottrain.perf import ConvergenceModel
 
+    from spottrain.perf.batch_scaling import BatchScalingModel, applies_to
+
+    batch_model = None
+    if not isinstance(loss_curve[0], (list, tuple)) and applies_to(loss_curve):
+        if critical_batch is not None:
+            raise InputError("--critical-batch: the curves hold several batch sizes or a noise scale, from which "
+                             "the batch-size model learns it; leave --critical-batch out")
+        batch_model = BatchScalingModel().fit(loss_curve)
     try:
         model = ConvergenceModel(batch_size=float(batch_size), lr_boundaries="auto", form="staleness").fit(loss_curve)
     except InputError as exc:
         raise InputError(f"--target-loss: the loss curve cannot be fitted: {exc}") from None
     rule = TargetLoss(model=model, target_loss=float(target_loss), batch_size=int(batch_size),
-                      critical_batch=critical_batch)
+                      critical_batch=critical_batch, batch_model=batch_model)
     why = rule.floor_message()
     if why:
         raise InputError(f"--target-loss: {why}")
