@@ -129,3 +129,85 @@ def test_killed_writer_leaves_store_consistent(tmp_path, real_profile, sig):
     assert sizes == list(range(1, len(rows) + 1))
     assert isinstance(store.get_profile(rows[0].id), Profile)
     assert len(store.events("r")) in (len(rows) - 1, len(rows))
+
+
+def _schema_1_store(path, real_profile) -> None:
+    """A store as spottrain wrote it before the measurements table (schema 1), with data in it."""
+    from spottrain.store import _SCHEMA_V1
+
+    conn = sqlite3.connect(path)
+    for statement in filter(str.strip, _SCHEMA_V1.split(";")):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    with conn:
+        conn.execute("INSERT INTO profiles (created_at, model, batch_size, device_kind, device_name, precision, "
+                     "samples_per_s, step_time_s, schema_version, json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                     ("2026-01-01T00:00:00+00:00", real_profile.model, real_profile.batch_size, "cpu", None, "fp32",
+                      real_profile.samples_per_s, real_profile.step_time_s, real_profile.schema_version,
+                      real_profile.to_json(indent=None)))
+        conn.execute("INSERT INTO runs (run_id, created_at, updated_at, status, plan_json, meta_json) VALUES "
+                     "('old-run', 'c', 'u', 'completed', '{\"nodes\": 4}', '{\"wall_s\": 12.5}')")
+        conn.execute("INSERT INTO run_events (run_id, time_s, event, data_json) VALUES ('old-run', 5.0, 'start', '{\"workers\": 4}')")
+    conn.close()
+
+
+def _dump(path) -> dict:
+    conn = sqlite3.connect(path)
+    out = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("profiles", "runs", "run_events")}
+    conn.close()
+    return out
+
+
+def test_schema_1_store_is_upgraded_and_keeps_every_row(tmp_path, real_profile):
+    path = tmp_path / "old.db"
+    _schema_1_store(path, real_profile)
+    before = _dump(path)
+    with Store(path) as store:
+        assert store.schema_version == STORE_SCHEMA_VERSION == 2
+        assert store.get_profile("mlp-tiny") == real_profile
+        assert store.get_run("old-run").meta == {"wall_s": 12.5}
+        assert store.events("old-run")[0].data == {"workers": 4}
+        assert store.measurements() == []
+        store.add_measurements("new-run", [{"model": "resnet50", "batch_size": 64, "cluster": "1xV100:4", "gpu": "V100",
+                                            "workers": 4, "ps": 0, "sync": "sync", "throughput": 900.0,
+                                            "step_time_s": 256 / 900.0, "steps": 30, "warmup_steps": 3}])
+    assert _dump(path) == before  # byte-for-byte the same rows
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
+    with Store(path) as store:  # opening again changes nothing
+        (row,) = store.measurements()
+        assert row["run_id"] == "new-run" and row["precision"] == "fp32" and row["sync_time_s"] is None
+
+
+def test_read_only_open_neither_creates_nor_upgrades(tmp_path, real_profile):
+    path = tmp_path / "old.db"
+    _schema_1_store(path, real_profile)
+    with Store(path, read_only=True) as store:
+        assert store.schema_version == 1 and store.measurements() == []
+        assert store.list_profiles()[0].model == "mlp-tiny"
+        with pytest.raises(InputError, match="read-only"):
+            store.record_event("r", "tick")
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'measurements'").fetchone()[0] == 0
+    conn.close()
+    with pytest.raises(InputError, match="no store here"):
+        Store(tmp_path / "none" / "s.db", read_only=True)
+    assert not (tmp_path / "none").exists()
+
+
+def test_an_interrupted_upgrade_leaves_the_old_store(tmp_path, real_profile, monkeypatch):
+    import spottrain.store as st
+
+    path = tmp_path / "old.db"
+    _schema_1_store(path, real_profile)
+    before = _dump(path)
+    monkeypatch.setitem(st._MIGRATIONS, 2, st._SCHEMA_V2 + ";\nCREATE TABLE broken (")  # fails half-way
+    with pytest.raises(InputError, match="not a spottrain store"):
+        Store(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'measurements'").fetchone()[0] == 0
+    conn.close()
+    assert _dump(path) == before

@@ -181,6 +181,9 @@ def refit_with_own_rows(base, own: OwnRuns, rows: list[Measurement] | None = Non
 
     table = list(rows or []) + list(own.rows)
     model = ThroughputModel(prior=base, folds=folds if len(table) >= 10 else 0).fit(table)
+    # The prior's knowledge stays in the refit: configurations it covered are not extrapolations.
+    model.max_nodes_ = max(model.max_nodes_, base.max_nodes_)
+    model.max_gpus_per_node_ = max(model.max_gpus_per_node_, base.max_gpus_per_node_)
     if len(table) < 10:
         # Too few rows to cross-validate: the in-sample residuals of a handful of rows say
         # nothing about configurations not measured; keep the prior's interval width.
