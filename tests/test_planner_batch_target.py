@@ -78,3 +78,14 @@ def test_critical_batch_with_several_batches_and_unreachable_target_are_one_line
             "--sync", "sync", "--deadline", "6h")
     assert r.returncode == 2 and "no run in the curves reaches 0.001" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_plan_outside_the_measured_batches_warns_once():
+    """At 4 samples per GPU on one node (at most 16 GPUs), every plan's global batch is below the
+    runs' smallest (128): one warning line, and the plan is still made."""
+    r = run("--model", "resnet18", "--batch-size", "4", "--max-nodes", "1", "--target-loss", str(TARGET),
+            "--curves", _pollux(), "--sync", "sync", "--deadline", "24h", "--no-baselines")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stderr.split())  # the console wraps long lines
+    assert text.count("warning:") == 1
+    assert "outside the past runs' batch sizes 128-4096" in text and "extrapolated" in text

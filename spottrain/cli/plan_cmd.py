@@ -129,6 +129,8 @@ def register(app: typer.Typer) -> None:
                                  on_demand=allow_on_demand and not spot_only)
             result = dataclasses.replace(result, best=refinement.plan,
                                          explanation=refinement.plan.explanation or result.explanation)
+        if target_loss is not None and sync == "sync" and loss_curves:
+            _batch_extrapolation_note(loss_curves, workload.batch_size, result.best)
         if out is not None:
             result.best.save(out, overwrite=force)
         if report is not None:
@@ -142,6 +144,25 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(d, indent=2, default=float))
             return
         _render(result, out, report, refinement)
+
+
+def _batch_extrapolation_note(curves, batch_size, plan) -> None:
+    """One warning on stderr when a synchronous plan's global batch (per-GPU batch x GPUs) lies
+    outside the batch sizes of the past runs its steps to target were learnt from."""
+    from rich.console import Console
+
+    from spottrain.perf.batch_scaling import BatchScalingModel, applies_to
+
+    if plan is None or not applies_to(curves):
+        return
+    model = BatchScalingModel().fit(curves)
+    gpus = sum(g.count * g.gpus_per_node for g in plan.groups)
+    big = batch_size * gpus
+    if model.extrapolation_doublings(big) > 0:
+        lo, hi = model.batch_sizes_[0], model.batch_sizes_[-1]
+        Console(stderr=True).print(f"[yellow]warning:[/] the plan's global batch {big:g} ({gpus} GPUs x {batch_size:g}) "
+                                   f"is outside the past runs' batch sizes {lo:g}-{hi:g}: its steps to target are "
+                                   "extrapolated and their interval widened", highlight=False)
 
 
 def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_demand: bool):
