@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         refine_runs: int = typer.Option(100, "--refine-runs", help="Simulated runs per candidate when refining."),
         exclude_traces: Optional[str] = typer.Option(None, "--exclude-traces", help="With --refine: comma-separated trace names or zones to leave out."),
         force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
+        from_store: Optional[bool] = typer.Option(None, "--from-store/--no-from-store", help="Calibrate on the measured rows of your own runs (spottrain run) of this model; default: on when the store has some."),
     ) -> None:
         """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
         from spottrain.planner import _deps
@@ -105,6 +106,14 @@ def register(app: typer.Typer) -> None:
                 except Exception:
                     raise UnknownNameError("model", model, names) from None
             workload = _deps.workload_from_zoo(model, batch_size)
+        from spottrain.perf.own_runs import calibrated_workload, cli_own_runs
+
+        own = cli_own_runs(from_store, workload.model, echo=_echo, batch_size=workload.batch_size,
+                           precision=workload.precision, how="; they calibrate the model's speed, as a profile does")
+        if own:
+            from spottrain.perf import default_model
+
+            workload = calibrated_workload(workload, own, default_model())
         loss_curves = None
         if curves is not None:
             from spottrain.perf.convergence import read_loss_curves
@@ -163,6 +172,13 @@ def _batch_extrapolation_note(curves, batch_size, plan) -> None:
         Console(stderr=True).print(f"[yellow]warning:[/] the plan's global batch {big:g} ({gpus} GPUs x {batch_size:g}) "
                                    f"is outside the past runs' batch sizes {lo:g}-{hi:g}: its steps to target are "
                                    "extrapolated and their interval widened", highlight=False)
+
+
+def _echo(text: str, warning: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(("[yellow]warning:[/] " if warning else "") + escape(text), highlight=False, soft_wrap=True)
 
 
 def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_demand: bool):

@@ -35,7 +35,9 @@ def _fit(measurements: Path | None, *, folds: int = 5, own=None):
 
 
 def _echo(text: str, warning: bool) -> None:
-    err.print(("[yellow]warning:[/] " if warning else "") + text, highlight=False, markup=warning, soft_wrap=True)
+    from rich.markup import escape
+
+    err.print(("[yellow]warning:[/] " if warning else "") + escape(text), highlight=False, soft_wrap=True)
 
 
 def predict(

@@ -191,26 +191,37 @@ def refit_with_own_rows(base, own: OwnRuns, rows: list[Measurement] | None = Non
     return model
 
 
-def calibrated_workload(workload, own: OwnRuns):
-    """``workload`` with its reference step time taken from the nearest one-GPU row of the same
-    batch size (the calibration path a profile takes), and the row used; ``(workload, None)``
-    when no such row exists. A one-GPU run's step time holds no communication, so it calibrates
-    the model's compute time for this workload exactly as a profile does."""
-    for m in own.rows:
-        if m.cluster.total_gpus == 1 and m.batch_size == workload.batch_size and m.ps == 0:
-            step = m.batch_size / m.throughput
-            return replace(workload, step_time_s_ref=step, ref_gpu=m.cluster.groups[0].gpu), m
-    return workload, None
+def calibrated_workload(workload, own: OwnRuns, base):
+    """``workload`` calibrated on the own runs' rows through the path a profile takes (a
+    reference step time on one GPU, :attr:`~spottrain.perf.Workload.step_time_s_ref`), for
+    callers that query the shipped model (the planner).
+
+    The rows are fitted first (:func:`refit_with_own_rows`, all of them: other worker counts
+    and batches too); the reference is the fitted one-GPU step time of ``workload`` on the GPU
+    of the nearest row. A one-GPU row of the same batch is reproduced as measured; a multi-GPU
+    row passes on what it says about the model's own speed, while the communication part stays
+    the shipped model's. Returns ``workload`` unchanged when there are no rows.
+    """
+    if not own.rows:
+        return workload
+    gpu = own.rows[0].cluster.groups[0].gpu
+    q = Measurement(model=workload.model, batch_size=workload.batch_size, cluster=ClusterSpec.parse(f"1x{gpu}"), ps=0,
+                    sync="sync", throughput=None, flops_per_sample=workload.flops_per_sample,
+                    param_count=int(workload.gradient_bytes / 4), precision=workload.precision,
+                    tensor_count=workload.tensor_count)
+    fitted = refit_with_own_rows(base, own, folds=0)
+    thr = fitted.predict([q], warn=False)[0].throughput
+    return replace(workload, step_time_s_ref=workload.batch_size / thr, ref_gpu=gpu)
 
 
 def cli_own_runs(flag: bool | None, model: str | list[str], *, echo, cluster: ClusterSpec | str | None = None,
-                 batch_size: int | None = None, precision: str | None = None) -> OwnRuns | None:
+                 batch_size: int | None = None, precision: str | None = None, how: str = "") -> OwnRuns | None:
     """What ``--from-store/--no-from-store`` does in a command: the rows to use, or ``None``.
 
     ``flag`` ``None`` (the default) uses matching rows when there are some and says nothing
     otherwise; ``True`` also says when there are none; ``False`` reads nothing. ``echo(text,
-    warning)`` prints a line (skipped rows are warnings; the ``using N measured rows ...`` line
-    is not). A missing store is not created.
+    warning)`` prints a line (skipped rows are warnings; the ``using N measured rows ...`` line,
+    followed by ``how`` the command uses them, is not). A missing store is not created.
     """
     if flag is False:
         return None
@@ -218,7 +229,7 @@ def cli_own_runs(flag: bool | None, model: str | list[str], *, echo, cluster: Cl
     for line in own.skipped:
         echo(line, True)
     if own.rows:
-        echo(own.describe(), False)
+        echo(own.describe() + how, False)
         return own
     if flag:
         names = model if isinstance(model, str) else ", ".join(sorted(set(model)))
@@ -229,4 +240,30 @@ def cli_own_runs(flag: bool | None, model: str | list[str], *, echo, cluster: Cl
                  f"cannot price (e.g. the CPU); none used", True)
         else:
             echo(f"--from-store: no measured rows of {names} in {own.store_path}", True)
+    return None
+
+
+def cli_own_curves(flag: bool | None, *, echo) -> None:
+    """``converge --from-store``: the store holds no loss curves (``spottrain run`` records step
+    times, not evaluations), so nothing is added to the convergence fit; say so when the store
+    has runs (or when ``--from-store`` was given)."""
+    if flag is False:
+        return None
+    path = store_location()
+    if not path.is_file():
+        if flag:
+            echo(f"--from-store: no store at {path} yet (spottrain run writes one)", True)
+        return None
+    from spottrain.store import Store
+
+    try:
+        with Store(path, read_only=True) as store:
+            runs = len(store.list_runs())
+            rows = len(store.measurements())
+    except Exception as exc:  # noqa: BLE001 - a store that cannot be read is a note, not a failure
+        echo(f"store not read: {exc}", True)
+        return None
+    if runs or flag:
+        echo(f"your {runs} run(s) in {path} recorded step times ({rows} measured row(s)), not loss curves: "
+             "the convergence fit uses --curves only", False)
     return None
