@@ -237,3 +237,47 @@ def test_rows_come_nearest_first(tmp_path):
     runs = own_rows("ResNet-50", cluster="1xV100:4", batch_size=64, store_path=path)  # aliases match
     assert [(str(m.cluster), m.extra["relation"]) for m in runs.rows] == \
         [("1xV100:4", "same cluster"), ("1xV100:2", "same GPU"), ("1xT4:4", "same model")]
+
+
+# --------------------------------------------------------------------------- plan and converge
+
+
+def test_plan_from_store_plans_a_measured_cluster_at_its_measured_speed(gpu_store, capsys):
+    _, base, measured = gpu_store
+    args = ("plan", "--model", "resnet50", "--batch-size", "64", "--samples", "10M", "--budget", "500", "--gpus", "V100",
+            "--max-nodes", "1", "--no-refine", "--no-baselines", "--json")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and "using 1 measured row from your runs in" in err
+    with_store = json.loads(out)["plan"]
+    code, out, err = run_cli(capsys, *args, "--no-from-store")
+    assert code == 0 and "measured row" not in err
+    without = json.loads(out)["plan"]
+    # The same one-node V100 cluster both ways; the measured run ran at 0.6 x the shipped prediction.
+    assert [(g["gpu"], g["gpus_per_node"], g["count"]) for g in with_store["groups"]] == \
+        [(g["gpu"], g["gpus_per_node"], g["count"]) for g in without["groups"]]
+    ratio = with_store["prediction"]["throughput_samples_per_s"] / without["prediction"]["throughput_samples_per_s"]
+    assert ratio == pytest.approx(measured / base, rel=0.1)
+
+
+def test_calibrated_workload_reproduces_the_measured_cluster(gpu_store):
+    from spottrain.perf import default_model
+    from spottrain.perf.own_runs import calibrated_workload
+
+    path, _, measured = gpu_store
+    w = Workload.from_zoo("resnet50", 64)
+    w2 = calibrated_workload(w, own_rows("resnet50", batch_size=64, store_path=path), default_model())
+    assert w2.ref_gpu == "V100" and w2.step_time_s_ref > 0
+    assert predict_throughput(w2, "1xV100:4").throughput == pytest.approx(measured, rel=0.03)
+    assert calibrated_workload(w, own_rows("vgg16", store_path=path), default_model()) is w
+
+
+def test_converge_says_runs_hold_no_loss_curves(gpu_store, tmp_path, capsys):
+    path, _, _ = gpu_store
+    curves = tmp_path / "c.csv"
+    curves.write_text("step,loss\n" + "".join(f"{s},{2.0 / (1 + s / 100):.5f}\n" for s in range(0, 2000, 100)))
+    args = ("converge", "--curves", str(curves), "--target-loss", "0.5", "--batch-size", "32", "--json")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0 and f"your 1 run(s) in {path} recorded step times (1 measured row(s)), not loss curves" in err
+    steps = json.loads(out)["predictions"][0]["steps"]
+    code, out, err = run_cli(capsys, *args, "--no-from-store")
+    assert code == 0 and err == "" and json.loads(out)["predictions"][0]["steps"] == steps

@@ -43,6 +43,7 @@ def converge(
     form: Annotated[str, typer.Option(help="staleness (default) or spotdnn (the published loss model).")] = "staleness",
     lr_boundaries: Annotated[str, typer.Option(help="auto (find learning-rate drops), none, or global steps 32000,48000.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
+    from_store: Annotated[bool | None, typer.Option("--from-store/--no-from-store", help="Look for loss curves of your own runs (spottrain run) in the store; it records step times only, so this says so and adds none.")] = None,
 ) -> None:
     """Predict global steps and samples to reach a target loss for other worker counts or batch sizes.
 
@@ -79,6 +80,12 @@ def converge(
         raise InputError(f"expected a batch size > 0, got {batch_size:g}", column="--batch-size")
     bounds = _boundaries(lr_boundaries)
     data = read_loss_curves(curves, batch_size=batch_size)
+    from rich.markup import escape
+
+    from spottrain.perf.own_runs import cli_own_curves
+
+    cli_own_curves(from_store, echo=lambda text, warning: err.print(("[yellow]warning:[/] " if warning else "")
+                                                                     + escape(text), highlight=False, soft_wrap=True))
     if target is not None:
         losses = [data[0].to_loss(v) for v in target]
         if any(not v > 0 for v in losses):
