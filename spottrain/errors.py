@@ -37,7 +37,8 @@ class InputError(SpottrainError):
         if line is not None:
             where.append(f"line {line}")
         if column is not None:
-            where.append(f"column {column}")
+            # a command-line flag is named as such ("--deadline: ..."), never as a column
+            where.append(column if column.startswith("-") else f"column {column}")
         prefix = (", ".join(where) + ": ") if where else ""
         super().__init__(prefix + message)
         self.file = file

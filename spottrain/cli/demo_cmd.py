@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError("--report: expected a file name ending in .html", file=str(report))
             if report.exists() and not force and not is_spottrain_report(report):
                 raise InputError("file exists and is not a spottrain report; pass --force to overwrite it", file=str(report))
-        deadline_s = parse_duration_s(deadline)
+        deadline_s = parse_duration_s(deadline, option="--deadline", require_unit=True)
         if deadline_s <= 0:
             raise InputError(f"--deadline: expected a positive duration, got {deadline!r}")
         kwargs = {"workers": workers, "quick": quick, "seed": seed, "deadline_s": deadline_s}

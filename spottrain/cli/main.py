@@ -12,6 +12,7 @@ import os
 import sys
 
 import typer
+import typer.core
 from rich.console import Console
 
 from spottrain.errors import SpottrainError
@@ -36,6 +37,34 @@ COMMAND_MODULES = (
     "run_cmd",
     "demo_cmd",
 )
+
+
+def _flag_type(self: typer.core.TyperOption, ctx):  # type: ignore[no-untyped-def]
+    """Help shows no value type after a switch (``--spot``, ``--json``): it takes no value."""
+    if self.is_flag:
+        return None
+    return _option_type(self, ctx)
+
+
+_option_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from spottrain import __version__
+
+        print(f"spottrain {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the spottrain version and exit."),
+) -> None:
+    """Plan, predict and run deep-learning training on revocable (spot / preemptible) cloud GPUs."""
+
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"spottrain.cli.{_name}").register(app)

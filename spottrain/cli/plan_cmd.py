@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from spottrain.planner.api import plan as run_plan
         from spottrain.units import parse_count, parse_duration_s, parse_money_usd
 
-        deadline_s = parse_duration_s(deadline, option="--deadline") if deadline is not None else None
+        deadline_s = parse_duration_s(deadline, option="--deadline", require_unit=True) if deadline is not None else None
         budget_usd = parse_money_usd(budget, option="--budget") if budget is not None else None
         cap_usd = parse_money_usd(hard_cap, option="--hard-cap") if hard_cap is not None else None
         quotas = _quotas(quota)
