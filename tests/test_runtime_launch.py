@@ -83,7 +83,8 @@ def test_no_credentials_reach_the_spec(tmp_path: Path, monkeypatch: pytest.Monke
                             env={"AWS_SECRET_ACCESS_KEY": "x"}))
     plan_path = tmp_path / "plan.json"
     _plan().save(plan_path)
-    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "skypilot", "--plan",
+    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "skypilot",
+                          "--skypilot-mode", "managed-torchrun", "--plan",
                           str(plan_path), "-o", str(tmp_path / "t.yaml"), "--bucket", "my-bucket", "--json", "--",
                           "python", "train.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr

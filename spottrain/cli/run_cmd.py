@@ -66,6 +66,13 @@ def run(
     bucket: Annotated[str | None, typer.Option(help="skypilot: checkpoint bucket (s3://name, gs://name or a SkyPilot storage name).")] = None,
     launch: Annotated[bool, typer.Option("--launch", help="skypilot: run `sky jobs launch` after writing the YAML.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
+    skypilot_mode: Annotated[str, typer.Option("--skypilot-mode", help="skypilot: elastic (each plan group's nodes join one elastic job run from here) or managed-torchrun (fallback: one managed job, torchrun, whole-cluster restarts).")] = "elastic",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="skypilot elastic: print the SkyPilot calls and task YAMLs, launch nothing.")] = False,
+    controller: Annotated[str | None, typer.Option("--controller", help="skypilot elastic: HOST:PORT at which the cloud nodes reach this machine's controller.")] = None,
+    controller_port: Annotated[int | None, typer.Option("--controller-port", help="skypilot elastic: port the controller listens on, every interface (default: --controller's port; differs behind port forwarding).")] = None,
+    workdir: Annotated[Path | None, typer.Option("--workdir", help="skypilot: your code directory, uploaded to every node (default: the current directory; none for --example).")] = None,
+    spottrain_wheel: Annotated[Path | None, typer.Option("--spottrain-wheel", help="skypilot: spottrain wheel to install on the nodes (default: one built from this checkout).")] = None,
+    spottrain_source: Annotated[str | None, typer.Option("--spottrain-source", help="skypilot: pip requirement for spottrain on the nodes instead of a wheel (e.g. git+https://...@COMMIT).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON to stdout.")] = False,
 ) -> None:
     """Run a training job that survives revocations.
@@ -76,7 +83,11 @@ def run(
 
       spottrain run --plan plan.json --backend local -- python train.py
 
-      spottrain run --plan plan.json --backend skypilot --bucket s3://my-ckpts -o task.yaml -- python train.py
+      spottrain run --plan plan.json --backend skypilot --dry-run -- python train.py
+
+      spottrain run --plan plan.json --backend skypilot --controller 203.0.113.7:29400 --bucket s3://my-ckpts -- python train.py
+
+      spottrain run --plan plan.json --backend skypilot --skypilot-mode managed-torchrun --bucket s3://my-ckpts -o task.yaml -- python train.py
     """
     from spottrain.plan import Plan
     from spottrain.units import parse_duration_s
@@ -117,7 +128,9 @@ def run(
         steps = steps or ex.steps
 
     if backend == "skypilot":
-        _skypilot(plan, command, job_id, bucket, settings, output, launch, force, as_json, example is not None)
+        _skypilot(plan, command, job_id, bucket, settings, output, launch, force, as_json, example is not None,
+                  mode=skypilot_mode, dry_run=dry_run, controller=controller, controller_port=controller_port,
+                  workdir=workdir, wheel=spottrain_wheel, source=spottrain_source, policy=policy_name, steps=steps)
         return
     if backend != "local":
         raise InputError(f"unknown backend {backend!r} (expected local or skypilot)", column="--backend")
@@ -209,15 +222,49 @@ def _render(s: Any) -> None:
 
 
 def _skypilot(plan: Any, command: list[str], job_id: str, bucket: str | None, settings: dict[str, str],
-              output: Path | None, launch: bool, force: bool, as_json: bool, is_example: bool) -> None:
+              output: Path | None, launch: bool, force: bool, as_json: bool, is_example: bool, *, mode: str,
+              dry_run: bool, controller: str | None, controller_port: int | None, workdir: Path | None,
+              wheel: Path | None, source: str | None, policy: str, steps: int | None) -> None:
     from spottrain.runtime import skypilot as sk
+    from spottrain.runtime.cloud import check_launchable, groups_from_plan
 
     if plan is None:
         raise InputError("the skypilot backend needs --plan (resources come from the plan)", column="--plan")
+    if mode not in ("elastic", "managed-torchrun"):
+        raise InputError(f"expected elastic or managed-torchrun, got {mode!r}", column="--skypilot-mode")
+    if wheel is not None and source is not None:
+        raise InputError("give either --spottrain-wheel or --spottrain-source, not both", column="--spottrain-wheel")
+    if wheel is not None and not (wheel.is_file() and wheel.name.endswith(".whl")):
+        raise InputError("not a wheel file (*.whl)", file=str(wheel))
+    install = sk.SpottrainInstall(wheel=str(wheel.resolve()) if wheel else None, source=source)
     if is_example:
         command = ["python", "-m", "spottrain.runtime.examples", command[-1]]
-    task = sk.task_from_plan(plan, name=job_id, command=command, bucket=bucket, env=settings)
-    path = sk.write_task(task, output or Path(f"{job_id}.sky.yaml"), overwrite=force)
+        code_dir = None
+    else:
+        code_dir = (workdir or Path.cwd()).resolve()
+        if not code_dir.is_dir():
+            raise InputError("not a directory", column="--workdir")
+    from platformdirs import user_cache_dir
+
+    dist_dir = str(Path(user_cache_dir("spottrain")) / "wheels" / job_id)  # outside the uploaded workdir
+    check_launchable(groups_from_plan(plan))  # before any file is written or node started
+    if mode == "elastic":
+        _skypilot_elastic(plan, command, job_id, bucket, settings, as_json, dry_run=dry_run, controller=controller,
+                          controller_port=controller_port, workdir=str(code_dir) if code_dir else None,
+                          install=install, dist_dir=dist_dir, policy=policy, steps=steps, output=output,
+                          launch=launch)
+        return
+    if dry_run or controller or controller_port:
+        raise InputError("--dry-run and --controller apply to --skypilot-mode elastic; managed-torchrun writes "
+                         "the task YAML (and launches it with --launch)", column="--skypilot-mode")
+    task = sk.task_from_plan(plan, name=job_id, command=command, bucket=bucket, env=settings,
+                             workdir=str(code_dir) if code_dir else None, install=install, dist_dir=dist_dir)
+    path = output or Path(f"{job_id}.sky.yaml")
+    if path.exists() and not force:
+        raise InputError("file exists; pass --force to overwrite it", file=str(path))
+    if not install.wheel and not install.source:
+        sk.build_wheel(dist_dir)  # the YAML uploads it: it must exist when the task is launched
+    path = sk.write_task(task, path, overwrite=force)
     how = " ".join(sk.launch_command(path, job_id))
     if as_json:
         print(json.dumps({"task_yaml": str(path), "launch": how, "launched": launch}))
@@ -232,6 +279,47 @@ def _skypilot(plan: Any, command: list[str], job_id: str, bucket: str | None, se
             raise typer.Exit(code)
     elif not as_json:
         err.print(f"launch it with: {how}", highlight=False)
+
+
+def _skypilot_elastic(plan: Any, command: list[str], job_id: str, bucket: str | None, settings: dict[str, str],
+                      as_json: bool, *, dry_run: bool, controller: str | None, controller_port: int | None,
+                      workdir: str | None, install: Any, dist_dir: str, policy: str, steps: int | None,
+                      output: Path | None, launch: bool) -> None:
+    from spottrain.runtime import sky_job
+
+    if output is not None or launch:
+        raise InputError("--output and --launch apply to --skypilot-mode managed-torchrun; the elastic mode "
+                         "launches from here (see its tasks with --dry-run)", column="--output" if output else "--launch")
+    if steps is None and plan.workload.samples_total and settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE"):
+        steps = int(plan.workload.samples_total // int(settings["SPOTTRAIN_GLOBAL_BATCH_SIZE"]))
+    job = sky_job.SkyJob(plan=plan, job_id=job_id, command=command, env=settings, policy=policy, steps=steps,
+                         controller=controller, controller_port=controller_port, workdir=workdir, bucket=bucket,
+                         install=install, dist_dir=dist_dir)
+    if dry_run:
+        result = sky_job.dry_run(job)
+        if as_json:
+            print(json.dumps(result, indent=2))
+        else:
+            sys.stdout.write(sky_job.render_dry_run(result))
+        return
+    if not bucket:
+        err.print("note: no --bucket: checkpoints stay on the nodes; a node that joins restores from a live peer, "
+                  "a rerun after losing every node starts over", highlight=False)
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if not as_json and kind in ("launch", "membership", "decision", "lost", "joined", "release", "finished"):
+            detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("time_s", "kind"))
+            err.print(f"{data['time_s']:8.1f}s {kind}: {detail}", highlight=False)
+
+    result = sky_job.run(job, on_event=on_event)
+    if as_json:
+        print(json.dumps({"ok": result.ok, "steps": result.steps_done, "failure": result.failure,
+                          "decisions": result.decisions}, indent=2))
+    else:
+        err.print(f"job {job_id}: {'completed' if result.ok else 'FAILED'} at step {result.steps_done}"
+                  + (f" ({result.failure})" if result.failure else ""), highlight=False)
+    if not result.ok:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,356 @@
+"""The cloud path: a plan's groups as nodes of one elastic job, the policy's decisions carried
+out through a provider, and the SkyPilot tasks and calls (validated by SkyPilot's own schema).
+
+The controller runs for real here with two providers: :class:`LocalProvider` (nodes are worker
+processes) and :class:`SkyPilotProvider` over a stand-in for the ``sky`` module that runs each
+task's own ``run`` script with its ``envs`` on this machine, so the task YAML spottrain writes is
+what the workers execute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spottrain.errors import InputError
+from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.runtime.cloud import (LOST, NodeGroup, LocalProvider, check_launchable, check_reachable,
+                                     groups_from_plan)
+from spottrain.runtime.cloud_sky import RecordingSky, SkyPilotProvider
+from spottrain.runtime.fleet import FleetController, FleetJob
+from spottrain.runtime.sky_job import SkyJob, dry_run
+from spottrain.runtime.skypilot import SpottrainInstall
+
+pytestmark = pytest.mark.timeout(300)
+ROOT = Path(__file__).resolve().parents[1]
+MLP = [sys.executable, "-m", "spottrain.runtime.examples", "mlp"]
+
+
+def _group(**kw: Any) -> PlanGroup:
+    base = dict(cloud="aws", instance_type="p3.2xlarge", gpu="V100", gpus_per_node=1, count=2, spot=True,
+                region="us-east-1", zone="use1-az1", price_usd_per_hour=0.918, on_demand_price_usd_per_hour=3.06,
+                network_gbps=10.0)
+    base.update(kw)
+    return PlanGroup(**base)
+
+
+def _plan(*groups: PlanGroup, policy: str = "replace-same", deadline_s: float | None = None) -> Plan:
+    pred = PlanPrediction(throughput_samples_per_s=1000, throughput_low=900, throughput_high=1100, duration_s=3600,
+                          duration_p95_s=4000, cost_usd=4.0, cost_p95_usd=5.0, p_meet_deadline=0.97,
+                          bottleneck="compute", expected_revocations=0.3)
+    work = PlanWorkload(model="resnet50", batch_size=64, samples_total=1e6, flops_per_sample=1.2e10,
+                        param_count=25_000_000, gradient_bytes=1e8)
+    return Plan(workload=work, groups=groups or (_group(),), ps=0, sync="sync", prediction=pred,
+                checkpoint_interval_s=900.0, policy=policy, deadline_s=deadline_s)
+
+
+MIXED = (_group(count=2),
+         _group(cloud="gcp", instance_type="n1-highmem-8", count=1, spot=False, region="us-central1",
+                zone="us-central1-a", price_usd_per_hour=2.8, on_demand_price_usd_per_hour=2.8))
+
+
+def _sky_validate(config: dict) -> None:
+    schemas = pytest.importorskip("sky.utils.schemas")
+    from sky.utils import common_utils
+
+    common_utils.validate_schema(config, schemas.get_task_schema(), "Invalid task YAML: ")
+    common_utils.validate_schema(config["resources"], schemas.get_resources_schema(), "Invalid resources YAML: ")
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+# ---------------------------------------------------------------------------- dry run and task YAMLs
+def test_dry_run_prints_one_launch_per_planned_node_with_valid_tasks(tmp_path: Path) -> None:
+    plan_path = tmp_path / "plan.json"
+    _plan(*MIXED, policy="deadline-margin", deadline_s=8 * 3600).save(plan_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    out = _cli("--backend", "skypilot", "--plan", str(plan_path), "--dry-run", "--json", "--job-id", "job1",
+               "--controller", "203.0.113.7:29400", "--", "python", "train.py", "--lr", "0.1", "; rm -rf /",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    tasks = result["tasks"]
+    # one one-node cluster per planned node, each group with its own market
+    assert sorted(tasks) == ["job1-g0-n0", "job1-g0-n1", "job1-g1-n0"]
+    assert [c.split("cluster_name=")[1].split(",")[0].strip("'") for c in result["calls"]] == sorted(tasks)
+    assert all(c.startswith("sky.launch(") and "down=True" in c for c in result["calls"])
+    for name, config in tasks.items():
+        _sky_validate(config)
+        assert config["num_nodes"] == 1 and config["name"] == name
+        assert config["workdir"] == str(tmp_path)  # the user's code goes with the task
+        assert config["envs"]["SPOTTRAIN_RDZV"] == "203.0.113.7:29400"
+        assert config["envs"]["SPOTTRAIN_WORKER_ID"] == name.removeprefix("job1-")
+        wheel_mounts = [k for k in config["file_mounts"] if k.endswith(".whl")]
+        assert len(wheel_mounts) == 1 and wheel_mounts[0] in config["setup"]
+        assert "pip install spottrain" not in config["setup"]  # no such package on the index
+        user_line = config["run"].splitlines()[-1]
+        assert shlex.split(user_line) == ["python", "train.py", "--lr", "0.1", "; rm -rf /"]
+    spot, on_demand = tasks["job1-g0-n0"]["resources"], tasks["job1-g1-n0"]["resources"]
+    assert spot["use_spot"] is True and spot["instance_type"] == "p3.2xlarge" and spot["region"] == "us-east-1"
+    assert "zone" not in spot  # an AWS zone ID is not a SkyPilot zone name: the region is kept
+    assert on_demand == {"use_spot": False, "cloud": "gcp", "region": "us-central1", "zone": "us-central1-a",
+                         "instance_type": "n1-highmem-8", "accelerators": "V100:1"}
+    assert result["validated_by"] is None or result["validated_by"].startswith("0.")
+    text = _cli("--backend", "skypilot", "--plan", str(plan_path), "--dry-run", "--job-id", "job1", "--",
+                "python", "train.py", cwd=tmp_path).stdout
+    assert "sky.get(sky.launch(task, cluster_name='job1-g1-n0', down=True))" in text
+    assert "placeholder: pass --controller" in text and "# ---- job1-g0-n1.yaml" in text
+
+
+def test_managed_torchrun_fallback_carries_code_and_installs_from_a_wheel(tmp_path: Path) -> None:
+    plan_path = tmp_path / "plan.json"
+    _plan().save(plan_path)
+    wheel = tmp_path / "spottrain-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK")  # only its name and path go into the YAML
+    out = _cli("--backend", "skypilot", "--skypilot-mode", "managed-torchrun", "--plan", str(plan_path), "-o",
+               str(tmp_path / "t.yaml"), "--spottrain-wheel", str(wheel), "--json", "--", "python", "train.py",
+               cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load((tmp_path / "t.yaml").read_text())
+    _sky_validate(config)
+    assert config["workdir"] == str(tmp_path)
+    assert config["file_mounts"] == {"/spottrain-dist/spottrain-0.1.0-py3-none-any.whl": str(wheel)}
+    assert "torchrun" in config["run"] and "conda activate spottrain" in config["run"]
+    src = _cli("--backend", "skypilot", "--skypilot-mode", "managed-torchrun", "--plan", str(plan_path), "-o",
+               str(tmp_path / "s.yaml"), "--spottrain-source", "git+https://example.org/spottrain@0123abc", "--json",
+               "--example", "mlp", cwd=tmp_path)
+    assert src.returncode == 0, src.stderr
+    config = yaml.safe_load((tmp_path / "s.yaml").read_text())
+    _sky_validate(config)
+    assert "workdir" not in config and "file_mounts" not in config  # an example needs no user code
+    assert "spottrain[torch] @ git+https://example.org/spottrain@0123abc" in config["setup"]
+
+
+# ---------------------------------------------------------------------------- bad input, before any node
+@pytest.mark.parametrize("group, message", [
+    (_group(cloud="awz"), "did you mean aws"),
+    (_group(instance_type="p3.2xlarg"), "did you mean p3.2xlarge"),
+    (_group(zone="use1-az9"), "zone 'use1-az9' has no p3.2xlarge"),
+    (_group(region="mars-east-1", zone=None), "not offered in region 'mars-east-1'"),
+])
+def test_unlaunchable_plan_is_refused_in_one_line(group: PlanGroup, message: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        check_launchable(groups_from_plan(_plan(group)))
+    plan_path = tmp_path / "plan.json"
+    _plan(group).save(plan_path)
+    for mode in ("elastic", "managed-torchrun"):
+        out = _cli("--backend", "skypilot", "--skypilot-mode", mode, "--plan", str(plan_path), "--dry-run"
+                   if mode == "elastic" else "--json", "--example", "mlp", cwd=tmp_path)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.yaml"))
+
+
+def test_unreachable_controller_is_refused_before_any_launch(tmp_path: Path) -> None:
+    wheel = tmp_path / "spottrain-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK")
+    api = RecordingSky()
+    job = SkyJob(plan=_plan(), job_id="job1", command=["python", "train.py"], env={}, policy="replace-same",
+                 controller="127.0.0.1:29431", controller_port=29433, install=SpottrainInstall(wheel=str(wheel)))
+    from spottrain.runtime import sky_job
+
+    with pytest.raises(InputError, match="controller address 127.0.0.1:29431 cannot be reached"):
+        sky_job.run(job, api=api)
+    assert api.calls == []  # nothing launched, nothing to tear down
+    with pytest.raises(InputError, match="HOST:PORT"):
+        check_reachable("no-port-here")
+    out = _cli("--backend", "skypilot", "--plan", str(_save(_plan(), tmp_path)), "--controller", "127.0.0.1:29432",
+               "--controller-port", "29434", "--spottrain-wheel", str(wheel), "--example", "mlp", cwd=tmp_path)
+    assert out.returncode == 2 and "cannot be reached" in out.stderr and "Traceback" not in out.stderr
+
+
+def _save(plan: Plan, tmp: Path) -> Path:
+    path = tmp / "plan.json"
+    plan.save(path, overwrite=True)
+    return path
+
+
+def test_multi_gpu_nodes_point_to_the_fallback(tmp_path: Path) -> None:
+    plan = _plan(_group(instance_type="p3.8xlarge", gpus_per_node=4, zone=None))
+    with pytest.raises(InputError, match="managed-torchrun"):
+        dry_run(SkyJob(plan=plan, job_id="j", command=["python", "t.py"], env={}, policy="replace-same"))
+
+
+# ---------------------------------------------------------------------------- the controller, end to end
+def _groups(spot: int = 2, on_demand: int = 1) -> tuple[NodeGroup, ...]:
+    return (NodeGroup(name="g0", cloud="aws", instance_type="p3.2xlarge", gpu="V100", gpus_per_node=1, spot=True,
+                      region="us-east-1", zone=None, price_usd_per_hour=0.9, on_demand_price_usd_per_hour=3.06,
+                      count=spot),
+            NodeGroup(name="g1", cloud="aws", instance_type="g4dn.xlarge", gpu="T4", gpus_per_node=1, spot=False,
+                      region="us-east-1", zone=None, price_usd_per_hour=0.53, on_demand_price_usd_per_hour=0.53,
+                      count=on_demand))
+
+
+def _env(tmp: Path, steps: int, sleep_s: float = 0.1) -> dict[str, str]:
+    return {"SPOTTRAIN_STEPS": str(steps), "SPOTTRAIN_CHECKPOINT_DIR": str(tmp / "ck"),
+            "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_EXAMPLE_SLEEP_S": str(sleep_s)}
+
+
+def _when_step(ctl: FleetController, step: int, action: Any) -> threading.Thread:
+    def go() -> None:
+        while True:
+            time.sleep(0.1)
+            try:
+                if ctl.formed and ctl.progress() >= step:
+                    break
+            except Exception:  # noqa: BLE001 - the store is not up yet
+                pass
+        action()
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_revoked_spot_node_is_replaced_on_its_own_market_and_the_job_completes(tmp_path: Path) -> None:
+    provider = LocalProvider(command=MLP, run_dir=tmp_path)
+    job = FleetJob(groups=_groups(), job_id="j1", steps=100, env=_env(tmp_path, 100), policy="replace-same",
+                   replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
+    ctl = FleetController(job, provider)
+    _when_step(ctl, 10, lambda: provider.revoke("g0-n1", "kill"))
+    result = ctl.run()
+    assert result.ok and result.steps_done == 100, (result.failure, result.events[-5:])
+    revoked = [d for d in result.decisions if d["event"] == "revoked"]
+    assert len(revoked) == 1 and revoked[0]["subject"] == "g0-n1"
+    assert revoked[0]["request"] == ["p3.2xlarge:spot"]
+    # the replacement is a node of the revoked node's group (same market), and it joined the job
+    assert [n for n, _ in provider.launched] == ["g0-n0", "g0-n1", "g1-n0", "g0-n2"]
+    members = [e["members"] for e in result.events if e["kind"] == "membership"]
+    assert members[0] == ["g0-n0", "g0-n1", "g1-n0"] and "g0-n2" in members[-1] and "g0-n1" not in members[-1]
+    assert all(provider.nodes[n].proc.poll() is not None for n in provider.nodes)  # no process left
+
+
+def test_deadline_policy_switches_to_on_demand_without_losing_the_state(tmp_path: Path) -> None:
+    """deadline-margin with a deadline the spot nodes cannot meet: at a tick (once a step rate
+    is measured) it asks for the on-demand fallback and releases the spot nodes; the release
+    waits until an on-demand node has joined, so the state passes from memory to memory."""
+    provider = LocalProvider(command=MLP, run_dir=tmp_path)
+    job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j2", steps=80, env=_env(tmp_path, 80),
+                   policy="deadline-margin", deadline_s=6.0, replacement_delay_s=0.5, restart_overhead_s=0.5,
+                   tick_s=1.0, timeout_s=240)
+    result = FleetController(job, provider).run()
+    assert result.ok and result.steps_done == 80, (result.failure, result.events[-5:])
+    switch = [d for d in result.decisions if d["switch_to_on_demand"]]
+    assert len(switch) == 1 and sorted(switch[0]["release"]) == ["g0-n0", "g0-n1"]
+    assert switch[0]["request"] == ["p3.2xlarge:on-demand", "p3.2xlarge:on-demand"]
+    on_demand = [n for n, label in provider.launched if "on-demand" in label]
+    assert len(on_demand) == 2
+    assert sorted(provider.terminated) == ["g0-n0", "g0-n1"]
+    kinds = [e["kind"] for e in result.events]
+    assert kinds.index("release_held") < kinds.index("joined") < kinds.index("release")
+    gens = [e for e in result.events if e["kind"] == "membership"]
+    # never an empty generation: the spot nodes leave in the generation the on-demand node joins
+    assert all(g["world"] >= 1 for g in gens)
+    assert set(gens[-1]["members"]) <= set(on_demand)
+    # no step was lost: the steps after the switch continue from the survivors' state, not a checkpoint
+    assert not any(e["kind"] == "lost" and e["how"] == "lost" for e in result.events)
+
+
+class FakeSky:
+    """The part of SkyPilot's Python API the provider uses, on this machine: ``launch`` runs the
+    task's ``run`` script with its ``envs`` (``conda`` is a no-op, ``python`` is this
+    interpreter), ``down`` kills it, ``status`` / ``job_status`` report what is running."""
+
+    class StatusRefreshMode:
+        AUTO = "AUTO"
+
+    class Task:
+        def __init__(self, config: dict[str, Any]) -> None:
+            self.config = config
+
+        @classmethod
+        def from_yaml_config(cls, config: dict[str, Any]) -> "FakeSky.Task":
+            return cls(config)
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        (tmp / "bin").mkdir()
+        (tmp / "bin" / "python").write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+        (tmp / "bin" / "python").chmod(0o755)
+
+    def get(self, value: Any) -> Any:
+        return value
+
+    def launch(self, task: "FakeSky.Task", *, cluster_name: str, down: bool) -> tuple[int, None]:
+        assert down is True
+        _sky_validate(task.config)
+        self.calls.append(("launch", cluster_name))
+        shim = self.tmp / "bin"
+        env = {**os.environ, **task.config["envs"], "PATH": f"{shim}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+        script = "conda() { :; }\n" + task.config["run"]
+        log = open(self.tmp / f"{cluster_name}.log", "ab")
+        with self.lock:
+            self.procs[cluster_name] = subprocess.Popen(["bash", "-c", script], env=env, stdout=log,
+                                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                                        cwd=task.config.get("workdir") or self.tmp)
+        return 1, None
+
+    def down(self, cluster: str) -> str:
+        self.calls.append(("down", cluster))
+        with self.lock:
+            proc = self.procs.pop(cluster, None)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return cluster
+
+    def status(self, *, cluster_names: list[str], refresh: str) -> list[dict[str, str]]:
+        with self.lock:
+            return [{"name": c, "status": "ClusterStatus.UP"} for c in cluster_names if c in self.procs]
+
+    def job_status(self, cluster: str, jobs: list[int]) -> dict[int, str]:
+        with self.lock:
+            proc = self.procs.get(cluster)
+        code = None if proc is None else proc.poll()
+        return {jobs[0]: "JobStatus.RUNNING" if code is None else
+                ("JobStatus.SUCCEEDED" if code == 0 else "JobStatus.FAILED")}
+
+    def preempt(self, cluster: str) -> None:
+        """What a cloud does to a spot VM: everything on it is gone, the cluster with it."""
+        with self.lock:
+            proc = self.procs.pop(cluster)
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_skypilot_provider_runs_the_generated_tasks_and_replaces_a_preempted_cluster(tmp_path: Path) -> None:
+    plan = _plan(*MIXED)
+    api = FakeSky(tmp_path)
+    wheel = tmp_path / "spottrain-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK")
+    sky_job = SkyJob(plan=plan, job_id="job9", command=["python", "-m", "spottrain.runtime.examples", "mlp"],
+                     env=_env(tmp_path, 100), policy="replace-same", steps=100, install=SpottrainInstall(wheel=str(wheel)))
+    groups = sky_job.groups()
+    provider = SkyPilotProvider(job_id="job9", task_for=sky_job.task_for, api=api, status_every_s=0.2)
+    job = FleetJob(groups=groups, job_id="job9", steps=100, env=dict(sky_job.env), policy="replace-same",
+                   replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
+    ctl = FleetController(job, provider)
+    _when_step(ctl, 10, lambda: api.preempt("job9-g0-n0"))
+    result = ctl.run()
+    assert result.ok and result.steps_done == 100, (result.failure, result.events[-6:])
+    launched = [c for kind, c in api.calls if kind == "launch"]
+    assert launched == ["job9-g0-n0", "job9-g0-n1", "job9-g1-n0", "job9-g0-n2"] or \
+        sorted(launched[:3]) == ["job9-g0-n0", "job9-g0-n1", "job9-g1-n0"] and launched[3] == "job9-g0-n2"
+    revoked = [d for d in result.decisions if d["event"] == "revoked"]
+    assert [d["subject"] for d in revoked] == ["g0-n0"] and revoked[0]["request"] == ["p3.2xlarge:spot"]
+    # every cluster is given back at the end (the preempted one is gone already)
+    downed = {c for kind, c in api.calls if kind == "down"}
+    assert downed >= {"job9-g0-n1", "job9-g1-n0", "job9-g0-n2"}
+    assert not any(p.poll() is None for p in api.procs.values())
+    assert provider.poll()["g0-n0"] == LOST
