@@ -8,8 +8,11 @@ on-demand or the spot price.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
-from dataclasses import dataclass, field
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from spottrain.catalog.gpus import canonical_gpu, gpu_spec
 from spottrain.errors import UnknownNameError
@@ -100,6 +103,118 @@ class Snapshot:
         return (today - dt.date.fromisoformat(self.date)).days
 
 
+# --------------------------------------------------------------------------- price outliers
+
+OUTLIER_Z = 3.5
+"""Robust z-score (deviation from the peers' median log price, in MAD units) beyond which a spot
+price is flagged (Iglewicz and Hoaglin's modified z-score cut-off)."""
+OUTLIER_MIN_FACTOR = 2.0
+"""...and only when it is at least this factor away from the peers' median price: zones of one
+region often differ by 10-30 %, which is no reason to distrust a price."""
+MAD_FLOOR = math.log(1.25)
+"""Least spread (in log price) assumed among the peers, so that identical peer prices do not
+make every small difference an outlier."""
+DISCOUNT_FACTOR = 0.5
+"""A low price is flagged only when its spot/on-demand ratio is also below this share of the
+type's median spot/on-demand ratio over all its offers (an unusually deep discount)."""
+MIN_PEERS = 2
+"""Other zones of the region with a spot price that a zone is compared with."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriceOutlier:
+    """A zone's spot price that disagrees with the same type's other zones of its region (and,
+    when low, with its on-demand price). See :func:`price_outliers` for the rule."""
+
+    cloud: str
+    instance_type: str
+    region: str
+    zone: str | None
+    spot_price_usd_per_hour: float
+    peer_median_usd_per_hour: float
+    peer_low_usd_per_hour: float
+    peer_high_usd_per_hour: float
+    peers: int
+    on_demand_usd_per_hour: float
+    z: float
+    """Robust z-score of the log price against the peers (negative: cheaper)."""
+
+    @property
+    def low(self) -> bool:
+        return self.z < 0
+
+    def reason(self) -> str:
+        """``'spot $2.47/h vs $7.88-8.19/h in 3 other zones of us-east-1 (on-demand $21.96/h)'``."""
+        where = self.zone or self.region
+        return (f"{self.instance_type} spot in {where} at ${self.spot_price_usd_per_hour:.2f}/h vs "
+                f"${self.peer_low_usd_per_hour:.2f}-{self.peer_high_usd_per_hour:.2f}/h in {self.peers} other zones "
+                f"of {self.region} (on-demand ${self.on_demand_usd_per_hour:.2f}/h; robust z {self.z:+.1f})")
+
+    def to_dict(self) -> dict:
+        return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "reason": self.reason()}
+
+
+def offer_key(o: Offer) -> tuple:
+    """Identity of one offer row: cloud, instance type, GPU, GPU count, region, zone."""
+    return (o.cloud, o.instance_type, o.gpu, o.gpu_count, o.region, o.zone)
+
+
+def price_outliers(offers: Iterable[Offer]) -> dict[tuple, PriceOutlier]:
+    """Spot prices of single zones that are not plausible, by :func:`offer_key`.
+
+    The rule (documented in docs/catalog.md): for each offer with a spot price, its *peers* are the
+    other zones of the same region offering the same node (cloud, instance type, GPU and count)
+    with a spot price; at least :data:`MIN_PEERS` are needed. With ``d = ln p - median(ln peers)``
+    and ``s = max(1.4826 * MAD(ln peers), ln 1.25)``, the price is an outlier when
+    ``|d| / s > 3.5`` and ``|d| >= ln 2`` (at least twice or half the peers' median). A low price
+    must also be an unusually deep discount: its spot/on-demand ratio below half the type's median
+    ratio over all its offers. Deterministic and order-independent.
+
+    >>> out = price_outliers(load_catalog().offers)                  # doctest: +SKIP
+    >>> out[("aws", "p4d.24xlarge", "A100", 8, "us-east-1", "use1-az1")].reason()  # doctest: +SKIP
+    """
+    groups: dict[tuple, list[Offer]] = {}
+    for o in offers:
+        if o.spot_price_usd_per_hour is not None and o.spot_price_usd_per_hour > 0:
+            groups.setdefault((o.cloud, o.instance_type, o.gpu, o.gpu_count), []).append(o)
+    out: dict[tuple, PriceOutlier] = {}
+    for offs in groups.values():
+        ratios = [x.spot_price_usd_per_hour / x.price_usd_per_hour for x in offs if x.price_usd_per_hour > 0]
+        ratio_med = statistics.median(ratios) if ratios else None
+        by_region: dict[str, list[Offer]] = {}
+        for o in offs:
+            by_region.setdefault(o.region, []).append(o)
+        for region_offs in by_region.values():
+            if len(region_offs) < MIN_PEERS + 1:
+                continue
+            for o in region_offs:
+                peers = [x.spot_price_usd_per_hour for x in region_offs if x is not o]
+                logs = [math.log(p) for p in peers]
+                med = statistics.median(logs)
+                scale = max(1.4826 * statistics.median([abs(v - med) for v in logs]), MAD_FLOOR)
+                d = math.log(o.spot_price_usd_per_hour) - med
+                z = d / scale
+                if abs(z) <= OUTLIER_Z or abs(d) < math.log(OUTLIER_MIN_FACTOR):
+                    continue
+                if d < 0:
+                    if ratio_med is None or o.price_usd_per_hour <= 0:
+                        continue
+                    if o.spot_price_usd_per_hour / o.price_usd_per_hour >= DISCOUNT_FACTOR * ratio_med:
+                        continue
+                out[offer_key(o)] = PriceOutlier(
+                    cloud=o.cloud, instance_type=o.instance_type, region=o.region, zone=o.zone,
+                    spot_price_usd_per_hour=o.spot_price_usd_per_hour, peer_median_usd_per_hour=math.exp(med),
+                    peer_low_usd_per_hour=min(peers), peer_high_usd_per_hour=max(peers), peers=len(peers),
+                    on_demand_usd_per_hour=o.price_usd_per_hour, z=z)
+    return out
+
+
+def without_outlier_spot_prices(offers: Sequence[Offer], outliers: dict[tuple, PriceOutlier]) -> list[Offer]:
+    """``offers`` with the spot price of every flagged offer removed (its on-demand price stays
+    usable): what the planner sees unless ``--include-outliers``."""
+    return [replace(o, spot_price_usd_per_hour=None) if offer_key(o) in outliers else o for o in offers]
+
+
 @dataclass(frozen=True)
 class Catalog:
     """All offers, with the snapshots they come from. Build it with :func:`load_catalog`."""
@@ -116,6 +231,11 @@ class Catalog:
         """Age of the primary snapshot in days."""
         today = today or dt.date.today()
         return (today - dt.date.fromisoformat(self.snapshot_date)).days
+
+    @functools.cached_property
+    def spot_outliers(self) -> dict[tuple, PriceOutlier]:
+        """Implausible single-zone spot prices (:func:`price_outliers`), by :func:`offer_key`."""
+        return price_outliers(self.offers)
 
     def clouds(self) -> list[str]:
         """Clouds present in the catalog."""

@@ -12,7 +12,14 @@ from rich import box
 from rich.table import Table
 
 from spottrain.catalog import CLOUDS, load_catalog, sort_offers
+from spottrain.catalog.offers import offer_key
 from spottrain.errors import InputError, UnknownNameError
+from spottrain.units import plural
+
+
+def _outlier_reason(outliers: dict, offer) -> str | None:
+    f = outliers.get(offer_key(offer))
+    return None if f is None else f.reason()
 
 
 def _fmt_price(value: float | None) -> str:
@@ -46,13 +53,15 @@ def catalog(
     total = len(offers)
     if limit:
         offers = offers[:limit]
+    outliers = cat.spot_outliers
     if as_json:
-        print(json.dumps([o.to_dict() for o in offers], indent=1))
+        print(json.dumps([{**o.to_dict(), "spot_price_outlier": _outlier_reason(outliers, o)} for o in offers],
+                         indent=1))
         return
     console = Console()
     price_col = "spot $/h" if spot else "$/h"
     shown = f", showing {len(offers)}" if len(offers) < total else ""
-    table = Table(title=f"{total} offer(s){shown}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=f"{plural(total, 'offer')}{shown}", box=box.SIMPLE_HEAD, pad_edge=False)
     for col, justify in [("cloud", "left"), ("instance", "left"), ("GPUs", "left"), ("vCPU", "right"),
                          ("GiB", "right"), ("region", "left"), ("zone", "left"), ("$/h", "right"),
                          ("spot $/h", "right"), ("Gbps", "right"), ("FLOPP", "right")]:
@@ -62,10 +71,17 @@ def catalog(
         table.add_row(
             o.cloud, o.instance_type, f"{o.gpu_count}x{o.gpu}", f"{o.vcpus:g}", f"{o.memory_gib:g}",
             o.region, o.zone or "-", _fmt_price(o.price_usd_per_hour),
-            _fmt_price(o.spot_price_usd_per_hour),
+            _fmt_price(o.spot_price_usd_per_hour) + (" !" if offer_key(o) in outliers else ""),
             f"{o.network_gbps:g}{'*' if o.network_estimated else ''}", "-" if flopp != flopp else f"{flopp:.1f}",
         )
     console.print(table)
+    flagged = [outliers[offer_key(o)] for o in offers if offer_key(o) in outliers]
+    if flagged:
+        console.print(f"! implausible spot price ({plural(len(flagged), 'offer')} shown): against the same type's "
+                      "other zones of the region and its on-demand price (docs/catalog.md); plans leave them out "
+                      "unless --include-outliers.", style="yellow", highlight=False)
+        for f in flagged[:10]:
+            console.print(f"  {f.reason()}", style="yellow", highlight=False)
     ages = ", ".join(f"{s.name} {s.date_kind} {s.date} ({s.age_days()} days old)" for s in cat.snapshots)
     console.print(f"FLOPP: peak FP32 TFLOPS per {price_col}. * network estimated from documented caps.", style="dim")
     console.print(f"Data: {ages}.", style="dim", highlight=False)

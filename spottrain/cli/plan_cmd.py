@@ -57,6 +57,8 @@ def register(app: typer.Typer) -> None:
         refine_runs: int = typer.Option(100, "--refine-runs", help="Simulated runs per candidate when refining."),
         exclude_traces: Optional[str] = typer.Option(None, "--exclude-traces", help="With --refine: comma-separated trace names or zones to leave out."),
         force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
+        include_outliers: bool = typer.Option(False, "--include-outliers", help="Also plan on spot prices `spottrain catalog` flags as implausible (a zone far below the type's other zones and its on-demand price)."),
+        evidence: str = typer.Option("any", "--evidence", help="any: every spot type (a type without revocation traces is priced with a pooled lifetime law, shown with its range); traced: only spot types with revocation traces of their own."),
         from_store: Optional[bool] = typer.Option(None, "--from-store/--no-from-store", help="Calibrate on the measured rows of your own runs (spottrain run) of this model; default: on when the store has some."),
     ) -> None:
         """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
@@ -131,7 +133,8 @@ def register(app: typer.Typer) -> None:
                               allow_on_demand=allow_on_demand, clouds=_split(clouds), regions=_split(regions),
                               zones=_split(zones), gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types,
                               sync=sync, ps=n_ps, on_demand_anchor=on_demand_anchor, anchor_share=share,
-                              hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof)
+                              hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof,
+                              include_outliers=include_outliers, evidence=evidence)
         refinement = None
         if refine:
             refinement = _refine(result, runs=refine_runs, exclude=_split(exclude_traces) or (),
@@ -145,11 +148,14 @@ def register(app: typer.Typer) -> None:
         if report is not None:
             from spottrain.planner.html import write_report
 
-            write_report(result, report, force=force)
+            write_report(result, report, force=force, refinement=refinement)
         if as_json:
             d = result.to_dict()
             if refinement is not None:
                 d["refinement"] = refinement.to_dict()
+            from spottrain.planner.evidence import headline
+
+            d["headline"] = headline(result, refinement)
             print(json.dumps(d, indent=2, default=float))
             return
         _render(result, out, report, refinement)
@@ -266,7 +272,7 @@ def _render(result, out, report, refinement=None) -> None:
 
     from spottrain.plan import Plan
     from spottrain.planner.engine import plan_label
-    from spottrain.units import format_duration
+    from spottrain.units import format_duration, format_probability, format_usd
 
     console = Console()
     best = result.best
@@ -278,26 +284,33 @@ def _render(result, out, report, refinement=None) -> None:
         t.add_row(str(g.count), g.instance_type, f"{g.gpus_per_node}x {g.gpu}", "spot" if g.spot else "on-demand",
                   g.zone or g.region, f"{g.price_usd_per_hour:.3f}")
     console.print(t)
-    console.print(
-        f"throughput {p.throughput_samples_per_s:,.0f} samples/s ({p.throughput_low:,.0f}-{p.throughput_high:,.0f}), "
-        f"bottleneck [bold]{p.bottleneck}[/]\n"
-        f"time {format_duration(p.duration_s)} expected, {format_duration(p.duration_p95_s)} p95;  "
-        f"cost ${p.cost_usd:,.2f} expected, ${p.cost_p95_usd:,.2f} p95"
-        + (f";  P(meet deadline) {p.p_meet_deadline:.3f}" if p.p_meet_deadline is not None else "")
-        + f"\n{p.expected_revocations:.1f} revocations expected; checkpoint every "
-        f"{format_duration(best.checkpoint_interval_s)}; recovery policy {best.policy}"
-    )
+    from spottrain.planner.evidence import headline, headline_lines, headline_rows
+
+    hl = headline(result, refinement)
+    console.print(f"throughput {p.throughput_samples_per_s:,.0f} samples/s ({p.throughput_low:,.0f}-"
+                  f"{p.throughput_high:,.0f}, performance model), bottleneck [bold]{p.bottleneck}[/]")
+    lines = headline_lines(hl)
+    console.print(f"[bold]{lines[0]}[/]", highlight=False)
+    cols, rows = headline_rows(hl)
+    ht = Table(show_header=True, box=None, pad_edge=False)
+    for c in cols:
+        ht.add_column(c)
+    for r in rows:
+        ht.add_row(*r)
+    console.print(ht)
+    for line in lines[1:]:
+        console.print(line, highlight=False)
     console.print(f"[dim]{result.explanation}[/]")
     rows = [("runner-up", r) for r in result.runners_up] + list(result.baselines.items())
     if rows:
-        bt = Table(title="Alternatives (evaluated with the same models)")
+        bt = Table(title="Alternatives (analytical model, evaluated like the chosen plan)")
         for col in ("", "cluster", "expected time", "expected cost", "P(deadline)"):
             bt.add_column(col)
         for name, b in rows:
             if isinstance(b, Plan):
                 q = b.prediction
-                bt.add_row(name, plan_label(b), format_duration(q.duration_s), f"${q.cost_usd:,.2f}",
-                           "-" if q.p_meet_deadline is None else f"{q.p_meet_deadline:.3f}")
+                bt.add_row(name, plan_label(b), format_duration(q.duration_s), format_usd(q.cost_usd),
+                           format_probability(q.p_meet_deadline))
             else:
                 bt.add_row(name, f"[dim]{b}[/]", "", "", "")
         console.print(bt)

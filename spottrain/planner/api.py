@@ -18,6 +18,7 @@ import numpy as np
 from spottrain.errors import InfeasibleError, InputError
 from spottrain.plan import Plan
 from spottrain.planner.baselines import run_baselines
+from spottrain.planner._deps import load_catalog as _load_catalog
 from spottrain.planner.engine import (
     ONE_JOB,
     Context,
@@ -96,6 +97,8 @@ def plan(
     max_nodes: int = 64,
     baselines: bool = True,
     pareto: bool = True,
+    include_outliers: bool = False,
+    evidence: str = "any",
     **options: Any,
 ) -> PlanResult:
     """Choose the cluster. ``deadline_s``: cheapest plan with P(finish by deadline) >=
@@ -105,7 +108,11 @@ def plan(
     take precedence): then the samples depend on the cluster (:mod:`spottrain.planner.work`;
     ``critical_batch`` = gradient noise scale, optional). Raises :class:`InfeasibleError` naming the nearest
     feasible alternative. ``options`` go to :func:`prepare` (zones, gpus, quotas,
-    on_demand_anchor, anchor_share, sync, ps, max_kinds, hard_cap_usd, offers, profile)."""
+    on_demand_anchor, anchor_share, sync, ps, max_kinds, hard_cap_usd, offers, profile).
+    Spot prices flagged as implausible by :func:`spottrain.catalog.offers.price_outliers` are left
+    out unless ``include_outliers`` (or explicit ``offers`` are given). ``evidence='traced'``: spot
+    offers only of (cloud, GPU) pairs with revocation traces of their own
+    (:mod:`spottrain.planner.evidence`)."""
     t0 = time.perf_counter()
     on_demand = allow_on_demand and not spot_only
     if (samples is None) == (target_loss is None):
@@ -116,9 +123,43 @@ def plan(
         rule = target_loss_work(curve, target_loss, int(workload.batch_size), critical_batch=critical_batch)
         options["work_rule"] = rule
         samples = float(rule.samples(1, 1, options.get("sync", "sync"))[0])
+    outliers_left_out = 0
+    if options.get("offers") is None:
+        # implausible single-zone spot prices stay out of plans unless asked for (docs/catalog.md)
+        from spottrain.catalog.offers import without_outlier_spot_prices
+
+        catalog = catalog if catalog is not None else _load_catalog()
+        flagged = catalog.spot_outliers
+        if not include_outliers and flagged:
+            options["offers"] = without_outlier_spot_prices(catalog.offers, flagged)
+            outliers_left_out = len(flagged)
+    if evidence not in ("any", "traced"):
+        raise InputError(f"expected 'any' or 'traced', got {evidence!r}", column="--evidence")
+    if evidence == "traced":
+        # spot offers only where the (cloud, GPU) has revocation traces of its own
+        from spottrain.planner.evidence import has_own_traces
+
+        offers = options.get("offers")
+        if offers is None:
+            catalog = catalog if catalog is not None else _load_catalog()
+            offers = catalog.offers
+        traced: dict[tuple[str, str], bool] = {}
+        kept = []
+        for o in offers:
+            if o.spot_price_usd_per_hour is not None:
+                key = (o.cloud, o.gpu)
+                if key not in traced:
+                    traced[key] = has_own_traces(o.cloud, o.gpu)
+                if not traced[key]:
+                    o = replace(o, spot_price_usd_per_hour=None)
+            kept.append(o)
+        options["offers"] = kept
     ctx = prepare(workload, samples=samples, deadline_s=deadline_s, budget_usd=budget_usd, confidence=confidence,
                   catalog=catalog, spot=True, on_demand=True, clouds=clouds, regions=regions, max_nodes=max_nodes,
                   **options)
+    if outliers_left_out:
+        ctx.report.notes.append(f"{outliers_left_out} implausible single-zone spot prices left out "
+                                "(spottrain catalog flags them; --include-outliers to allow)")
     if options.get("on_demand_anchor") and not on_demand:
         raise InputError("--spot-only contradicts --on-demand-anchor (the anchor is an on-demand server)")
     mask = market_mask(ctx, spot=True, on_demand=on_demand)
@@ -133,7 +174,8 @@ def plan(
     extra = {"solver": {"columns": stats.columns_total, "columns_after_pruning": stats.columns_after_pruning,
                         "milp_calls": stats.milp_calls, "exact_evaluations": stats.exact_evaluations,
                         "proven_optimal": stats.proven_optimal, "seconds": round(t_solve, 4)},
-             "candidates": ctx.report.candidates, "checkpoint_cost_s": ctx.job.checkpoint_s}
+             "candidates": ctx.report.candidates, "checkpoint_cost_s": ctx.job.checkpoint_s,
+             "price_outliers_left_out": outliers_left_out, "evidence_required": evidence}
     best_plan = to_plan(ctx, best, explanation=text, extra=extra, exact_interval=True)
     front = pareto_points(ctx, mask, best) if pareto else []
     return PlanResult(best=best_plan, runners_up=[to_plan(ctx, r) for r in runners], pareto=front, baselines=base,
@@ -208,21 +250,27 @@ def infeasible_message(ctx: Context, mask: np.ndarray) -> str:
 
 
 def explain(ctx: Context, best: Outcome, base: dict[str, Any], runners: list[Outcome]) -> str:
+    """The analytical model's account of its choice; every figure says it is the model's."""
+    from spottrain.units import format_count, format_probability, format_usd, plural
+
     lim = ctx.limits
     parts = []
     if lim.deadline_s is not None:
-        parts.append(f"Cheapest plan expected to finish within {format_duration(lim.deadline_s)} with probability "
-                     f"{best.p_deadline:.2f} (>= {lim.confidence:.2f}): {describe(ctx, best)}, expected "
-                     f"{format_duration(best.time_mean_s)} and ${best.cost_usd:,.2f}.")
+        parts.append(f"Analytical model: cheapest plan expected to finish within {format_duration(lim.deadline_s)} "
+                     f"with probability {format_probability(best.p_deadline)} (required "
+                     f"{format_probability(lim.confidence)}): {describe(ctx, best)}, expected "
+                     f"{format_duration(best.time_mean_s)} and {format_usd(best.cost_usd)}.")
     else:
-        parts.append(f"Fastest plan with expected cost within ${lim.budget_usd:,.2f}: {describe(ctx, best)}, "
-                     f"expected {format_duration(best.time_mean_s)} and ${best.cost_usd:,.2f}.")
-    parts.append(f"Bottleneck: {best.bottleneck}; {best.revocations:.1f} revocations expected.")
+        parts.append(f"Analytical model: fastest plan with expected cost within {format_usd(lim.budget_usd)}: "
+                     f"{describe(ctx, best)}, expected {format_duration(best.time_mean_s)} and "
+                     f"{format_usd(best.cost_usd)}.")
+    revs = plural(best.revocations, "revocation", show=False)
+    parts.append(f"Bottleneck: {best.bottleneck}; {format_count(best.revocations)} {revs} expected.")
     od = base.get("cheapest-on-demand")
     if od is not None and not isinstance(od, str) and lim.deadline_s is not None and od.prediction.cost_usd > 0:
         saving = 1.0 - best.cost_usd / od.prediction.cost_usd
-        parts.append(f"{saving:.0%} cheaper than the cheapest on-demand plan (${od.prediction.cost_usd:,.2f}).")
+        parts.append(f"{saving:.0%} cheaper than the cheapest on-demand plan ({format_usd(od.prediction.cost_usd)}).")
     if runners:
         r = runners[0]
-        parts.append(f"Runner-up: {describe(ctx, r)} (${r.cost_usd:,.2f}, {format_duration(r.time_mean_s)}).")
+        parts.append(f"Runner-up: {describe(ctx, r)} ({format_usd(r.cost_usd)}, {format_duration(r.time_mean_s)}).")
     return " ".join(parts)
