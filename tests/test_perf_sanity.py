@@ -26,7 +26,9 @@ def _bounds(a: str, b: str, precision: str) -> tuple[float, float]:
     return min(peak, bw), max(peak, bw)
 
 
-@pytest.mark.parametrize("model,batch", [("resnet50", 256), ("bert-base", 32)])
+# Batches large enough that the step is GPU work: the fixed per-step overhead (launches, hooks,
+# per-tensor optimizer calls) takes the same time on every GPU and pulls any ratio towards 1.
+@pytest.mark.parametrize("model,batch", [("resnet50", 256), ("bert-base", 128)])
 def test_a100_over_v100_amp_within_roofline_bounds(model, batch):
     lo, hi = _bounds("A100", "V100", "fp16")  # tensor 312 / 125 = 2.5, HBM 1555 / 900 = 1.7
     r = _thr(model, batch, "1xA100") / _thr(model, batch, "1xV100")
@@ -49,7 +51,7 @@ def test_tf32_makes_ampere_fp32_much_faster_than_volta_fp32():
 
 def test_amp_faster_than_fp32_on_tensor_core_gpus():
     for g in ("T4", "V100", "A100", "H100"):
-        assert _thr("bert-base", 32, f"1x{g}", "fp16") > 1.3 * _thr("bert-base", 32, f"1x{g}", "fp32")
+        assert _thr("bert-base", 128, f"1x{g}", "fp16") > 1.3 * _thr("bert-base", 128, f"1x{g}", "fp32")
 
 
 def test_eight_gpus_over_nvlink_scale_resnet50_well():
@@ -74,11 +76,16 @@ def test_pcie_scales_worse_than_nvlink_for_a_large_model():
     assert pcie < sxm
 
 
-def test_multi_node_allreduce_is_network_bound_on_a_slow_nic_and_faster_on_a_fast_one():
-    slow = predict_throughput(Workload.from_zoo("bert-base", 32, precision="fp16"), "4xV100", network_gbps=10.0)
-    fast = predict_throughput(Workload.from_zoo("bert-base", 32, precision="fp16"), "4xV100", network_gbps=100.0)
+def test_multi_node_allreduce_is_network_bound_and_tcp_does_not_reach_the_nominal_rate():
+    w = Workload.from_zoo("bert-base", 32, precision="fp16")
+    slow = predict_throughput(w, "4xV100", network_gbps=10.0)
+    tcp = predict_throughput(w, "4xV100", network_gbps=100.0)
+    rdma = predict_throughput(w, "4xV100", network_gbps=400.0)
     assert slow.bottleneck == "network"
-    assert fast.throughput > 1.5 * slow.throughput
+    # Over TCP a 10x faster NIC buys far less than 10x: collectives reach a few Gbit/s per node
+    # (Pollux's g4dn all-reduce: ~5 of 50); an RDMA fabric (EFA, InfiniBand) does reach its line rate.
+    assert slow.throughput < tcp.throughput < 1.5 * slow.throughput
+    assert rdma.throughput > 1.5 * slow.throughput
     # A mixed-precision step all-reduces at least fp16 gradients (2 bytes per parameter, 219 MB):
     # 2 (n-1)/n x 219 MB over 10 Gbit/s take at least ~0.26 s per step: an upper bound.
     S = Workload.from_zoo("bert-base", 32).gradient_bytes / 2.0

@@ -40,7 +40,8 @@ from collections import defaultdict
 T2T_BATCH = 128
 COLUMNS = [
     "model", "batch_size", "cluster", "ps", "sync", "throughput",
-    "network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "source",
+    "network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "step_time_s", "sync_time_s",
+    "source",
 ]
 # Model FLOPs (TFProf, fwd+bwd per sample) and parameter counts from CM-DARE's feature tables.
 CMDARE_NAMES = {
@@ -235,6 +236,77 @@ def lambda_rows(data: str) -> list[dict]:
     return rows
 
 
+# Pollux (OSDI'21, petuum/adaptdl simulator traces): PyTorch all-reduce on AWS g4dn.12xlarge nodes
+# (4 T4 per node, 50 Gbit/s). Model name, fwd+bwd FLOPs per sample and parameters of each folder:
+# ResNet-18 (kuangliu's CIFAR variant, the zoo's resnet18-cifar), ResNet-50 at 224x224 (the zoo's
+# resnet50, as Lambda's rows), BERT-base fine-tuned on SQuAD at 384 tokens (Lambda's
+# bert_base_squad figures), and NeuMF ("NeuMF-end", adaptdl examples/NCF: factor_num 32, 3 MLP
+# layers, MovieLens-1M 6,040 users x 3,706 items): embeddings (6040 + 3706) x (32 + 128), MLP
+# 256-128-64-32 and the 64 -> 1 predict layer = 1,602,657 parameters in 12 tensors, 3 x 2 x 43,297
+# multiply-adds of the dense layers per sample (embedding look-ups cost no FLOPs worth counting).
+POLLUX_NETWORK_GBPS = 50.0
+POLLUX_GPUS_PER_NODE = 4
+POLLUX_MODELS = {
+    "cifar10": ("resnet18-cifar", 3_328_997_000.0, 11_173_962, 62),
+    "imagenet": ("resnet50", 3 * 2 * 4.1e9, 25_557_032, 161),
+    "bert": ("bert_base_squad", 3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000, None),
+    "ncf": ("ncf-neumf", 3 * 2 * 43_297.0, 1_602_657, 12),
+}
+# Per-GPU batch sizes kept per model: the smallest, one near the geometric middle and the largest
+# measured on every placement (the traces hold 5-21; all of them for single-GPU rows). The other
+# sizes add rows, not information the model lacks, and would outweigh the other studies' 379 rows.
+POLLUX_BATCHES = {"cifar10": (32, 182, 1024), "imagenet": (20, 57, 200), "bert": (4, 8, 12), "ncf": (32, 513, 4103)}
+
+
+def _spread(nodes: int, replicas: int) -> list[int]:
+    """GPUs per node when ``replicas`` GPUs spread as evenly as possible over ``nodes`` nodes."""
+    base, extra = divmod(replicas, nodes)
+    return [base + 1] * extra + [base] * (nodes - extra)
+
+
+def _cluster_of(per_node: list[int]) -> str:
+    """``'+'``-joined groups of nodes with equal GPU counts, most GPUs per node first: [1,1,1,3] -> 1xT4:3+3xT4:1."""
+    counts: dict[int, int] = defaultdict(int)
+    for g in per_node:
+        counts[g] += 1
+    return "+".join(f"{n}xT4:{g}" if g > 1 else f"{n}xT4" for g, n in sorted(counts.items(), reverse=True))
+
+
+def pollux_rows(data: str) -> list[dict]:
+    """Step and all-reduce (sync) times of every placement, one row per cluster shape and batch size.
+
+    The order of the nodes does not matter (``1113`` and ``3111`` are one cluster): repeated
+    placements are reduced to the median step and sync times. ``scalability.csv`` gives only the
+    numbers of nodes and GPUs (6-16 nodes): its GPUs are taken as spread evenly over the nodes.
+    """
+    rows = []
+    for folder, (model, flops, params, tensors) in POLLUX_MODELS.items():
+        cells: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+        keep = POLLUX_BATCHES[folder]
+        with open(os.path.join(data, "pollux", folder, "placements.csv"), newline="") as fh:
+            for r in csv.DictReader(fh):
+                per_node = sorted((int(c) for c in r["placement"]), reverse=True)
+                b = int(r["local_bsz"])
+                if b in keep or per_node == [1]:
+                    cells[(tuple(per_node), b, "placements")].append((float(r["step_time"]), float(r["sync_time"])))
+        with open(os.path.join(data, "pollux", folder, "scalability.csv"), newline="") as fh:
+            for r in csv.DictReader(fh):
+                b = int(r["local_bsz"])
+                if b in keep:
+                    per_node = _spread(int(r["num_nodes"]), int(r["num_replicas"]))
+                    cells[(tuple(per_node), b, "scalability")].append((float(r["step_time"]), float(r["sync_time"])))
+        for (per_node, b, part), vals in sorted(cells.items(), key=lambda kv: (len(kv[0][0]), kv[0])):
+            step = statistics.median(v[0] for v in vals)
+            sync = statistics.median(v[1] for v in vals)
+            gpus = sum(per_node)
+            rows.append(dict(model=model, batch_size=b, cluster=_cluster_of(list(per_node)), ps=0, sync="sync",
+                             throughput=round(gpus * b / step, 3), network_gbps=POLLUX_NETWORK_GBPS,
+                             flops_per_sample=round(flops), param_count=params, precision="fp32",
+                             tensor_count=tensors or "", step_time_s=round(step, 6), sync_time_s=round(sync, 6),
+                             source=f"pollux/{folder}/{part}"))
+    return rows
+
+
 def accuracy_curves(data: str) -> list[dict]:
     """Test-accuracy curves of ResNet-32 (transient-dl), asynchronous PS training.
 
@@ -291,6 +363,7 @@ def main() -> None:
     write(cmdare_rows(a.data), os.path.join(a.out, "cmdare.csv"))
     write(transient_rows(a.data), os.path.join(a.out, "transient_dl.csv"))
     write(lambda_rows(a.data), os.path.join(a.out, "lambda.csv"))
+    write(pollux_rows(a.data), os.path.join(a.out, "pollux.csv"))
     for line in LAMBDA_EXCLUDED:
         print(f"excluded (super-linear, physically impossible): {line}")
     curves = accuracy_curves(a.data)

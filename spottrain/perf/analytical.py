@@ -54,10 +54,29 @@ fitted global g16 saying where between the two the measured frameworks sit.
   applies to the model fitted on that host's rows only: the shipped calibration and models that
   take a fitted model as prior start every GPU type at 0 (``throughput.fit_default_model``);
 * ring all-reduce over N nodes of G GPUs (NCCL): n = N G ranks, each rank sends ``2 (n-1)/n S``;
-  the rings are pipelined, so the slowest link sets the pace: ``max(t_intra, 2 (n-1)/n S / B_node)``
-  with B_node the slowest node's NIC (NCCL spreads its channels over all of the node's NICs).
-  Communication overlaps the backward pass (DDP gradient buckets) by a fraction phi:
-  ``T = T_comp + T_comm - phi min(T_comm, 2/3 T_comp)``; every step waits for the slowest node.
+  the rings are pipelined, so the slowest link sets the pace::
+
+      t_inter = 2 (n-1)/n S / B_eff + n_b 2 (n-1) alpha                    (N > 1)
+      1/B_eff = 1/(0.9 B_node) + 1/C                                      (TCP networks)
+      t_comm  = max(t_intra, t_inter)
+
+  with B_node the slowest node's nominal NIC rate and C (``ar_cap``) the rate a collective over
+  TCP sockets achieves per node whatever the NIC: cloud networks without RDMA reach a small part
+  of what is sold (AWS caps one flow at 5 Gbit/s outside a cluster placement group, a tenth of a
+  g4dn.12xlarge's 50; Pollux's g4dn all-reduce fits C ~ 5 Gbit/s). The harmonic sum is a smooth
+  minimum: a 10 Gbit/s node is held near its line rate, a 50 Gbit/s one near C. Nodes of
+  RDMA_GBPS and more (p4d/p5 with EFA, InfiniBand hosts) do not go through TCP: B_eff = 0.9 B_node
+  there (no shipped row measures them: their interval says so). n_b = ceil(S / 25 MB) gradient buckets
+  (PyTorch DDP's default bucket size), each a ring of 2 (n-1) steps paying a per-step latency alpha
+  (``ar_lat``, fitted ~0.3 ms over TCP). Communication overlaps the backward pass (DDP launches a
+  bucket's all-reduce as soon as its gradients are ready) by a fraction phi, but the last bucket
+  can only start when backward ends::
+
+      exposed = max(t_comm - phi min(t_comm, 2/3 T_comp), t_comm / n_b)
+      T       = T_comp + exposed
+
+  ``exposed`` is what PyTorch DDP / AdaptDL time as the step's sync time; measured sync times
+  (``sync_time_s``) are fitted directly. Every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
 
       D = ps_f  +  ps_t * n_t * s_t  +  2 S * s_b / B_ps
@@ -106,7 +125,9 @@ GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size"
            "log_ps_t", "log_bps", "kappa", "log_net_eff", "log_link_eff", "phi", "phi_ps", "log_t_in",
            "ps_q", "log_ps_f",
            # Intra-node all-reduce:
-           "g16")
+           "g16",
+           # Inter-node all-reduce: achieved fraction of the nominal NIC rate, per-step ring latency.
+           "log_ar_cap", "log_ar_lat")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -134,7 +155,24 @@ PRIOR = {
     # keeps fp32 parameters (PyTorch autocast), 2 when the model itself is fp16 (apex O2, Megatron);
     # g16 is the logit of where between the two (prior: halfway, either possible).
     "g16": (0.0, 1.5),
+    # Rate (Gbit/s per node) an inter-node all-reduce over TCP sockets achieves, whatever the NIC
+    # sold: AWS limits one flow to 5 Gbit/s outside a cluster placement group, 10 inside
+    # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html);
+    # wide (x2 at one sd).
+    "log_ar_cap": (math.log(5.0), 0.7),
+    # Latency of one ring step of one gradient bucket between nodes (TCP sockets: 0.05-1 ms).
+    "log_ar_lat": (math.log(2e-4), 1.5),
 }
+BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default gradient bucket (bucket_cap_mb = 25)
+LINE_EFF = 0.9  # fraction of the line rate a bulk transfer reaches when nothing else limits it
+RDMA_GBPS = 200.0  # nodes with this much network or more (EFA, InfiniBand) run collectives over RDMA, not TCP
+
+
+def achieved_gbps(nominal_gbps, log_cap: float):
+    """Per-node rate (Gbit/s) an inter-node all-reduce achieves on a NIC sold at ``nominal_gbps``."""
+    line = LINE_EFF * np.asarray(nominal_gbps, float)
+    tcp = 1.0 / (1.0 / line + 1.0 / math.exp(log_cap))
+    return np.where(np.asarray(nominal_gbps) >= RDMA_GBPS, line, tcp)
 PIX_REF = 3 * 224 * 224  # input elements of one ImageNet training image
 SOFTMAX_P = 6.0  # sharpness of the smooth max of GPU time and input-pipeline time
 ROOF_P = 2.0  # the compute and memory-traffic times of a step combine as a 2-norm (see the module docstring)
@@ -239,8 +277,14 @@ def ar16_fraction(g16: float) -> float:
 
 
 def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, devs: DeviceTable,
-             detail: bool = False, e_i: np.ndarray | None = None, e_l: np.ndarray | None = None):
-    """Predicted cluster throughput (samples/s) of every encoded row (and the parts, if ``detail``)."""
+             detail: bool = False, e_i: np.ndarray | None = None, e_l: np.ndarray | None = None,
+             study_level: np.ndarray | float = 0.0, study_over: np.ndarray | float = 0.0):
+    """Predicted cluster throughput (samples/s) of every encoded row (and the parts, if ``detail``).
+
+    ``study_level`` / ``study_over``: per-row log effects of the study a row comes from on the
+    compute speed and on the fixed per-step overhead (framework, host and software era; 0 = an
+    unknown study, the middle of those fitted).
+    """
     g = {n: theta[i] for i, n in enumerate(GLOBALS)}
     d = enc.dev
     lp32 = devs.log_p32[d]
@@ -261,8 +305,9 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     c_flop = inv_peak / (1e12 * eff)
     m_flop = 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
-    t_fixed = math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * enc.ntens
-    t_gpu = t_fixed[:, None] + work[:, None] * per_flop * np.exp(-(g["log_level"] + ie + ge + me[:, None]))
+    t_fixed = (math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * enc.ntens) * np.exp(study_over)
+    lvl = g["log_level"] + np.asarray(study_level, float)
+    t_gpu = t_fixed[:, None] + work[:, None] * per_flop * np.exp(-(np.reshape(lvl, (-1, 1)) + ie + ge + me[:, None]))
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
     present = enc.cnt > 0
@@ -282,13 +327,16 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     gpus = (enc.cnt * G).sum(axis=1)
     big = 1e30
     phi = float(np.clip(g["phi"], 0.0, 1.0))
-    # All-reduce rows.
+    # All-reduce rows: the slowest node's NIC at the achieved fraction, plus a latency per ring step and bucket.
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
-    net_min = np.where(present, net, big).min(axis=1)
-    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min, 0.0)
+    net_min = achieved_gbps(np.where(present, enc.net, big).min(axis=1) * 8.0, g["log_ar_cap"]) / 8.0 * 1e9
+    n_b = np.maximum(np.ceil(S_ar / BUCKET_BYTES), 1.0)
+    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min
+                       + n_b * 2.0 * (gpus - 1) * math.exp(g["log_ar_lat"]), 0.0)
     t_intra_max = np.where(present, t_intra, 0.0).max(axis=1)
     t_ar = np.maximum(t_intra_max, t_inter)
-    T_ar = tc_max + t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max)
+    t_exposed = np.maximum(t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max), t_ar / n_b)
+    T_ar = tc_max + t_exposed
     x_ar = gpus * enc.b / T_ar
     # Parameter-server rows.
     k = np.maximum(enc.ps, 1).astype(float)
@@ -320,7 +368,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     if not detail:
         return x
     ps_busy = np.where(enc.asyn, X * D, N * D / T_sync)  # fraction of time the servers are busy
-    parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
+    parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
                  t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
                  t_w=np.where(enc.asyn, Z_max + R, T_sync))
     return x, parts
@@ -356,7 +404,8 @@ class GroupInput:
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
                 ps: int, asyn: bool, model_effect: float, pix: float = 0.0,
-                ps_share: tuple[float, float] | None = None) -> tuple[float, dict, list[float]]:
+                ps_share: tuple[float, float] | None = None, study_level: float = 0.0,
+                study_over: float = 0.0) -> tuple[float, dict, list[float]]:
     """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
 
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
@@ -369,7 +418,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
     log_ai = g["log_ai"] + g["w_ai"] * (math.log(grad / 4.0 / ntens) - WIDTH_REF) + (math.log(2.0) if fp16 else 0.0)
     ai = math.exp(log_ai)
-    t_fixed = math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * ntens
+    t_fixed = (math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * ntens) * math.exp(study_over)
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
     tc, ti, tn = [], [], []
@@ -379,7 +428,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         c_flop = inv_peak / (1e12 * eff)
         m_flop = 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
-        t_gpu = t_fixed + work * per_flop * math.exp(-(g["log_level"] + gr.effect + model_effect))
+        t_gpu = t_fixed + work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
         if G > 1:
@@ -392,14 +441,19 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     gpus = sum(gr.count * gr.gpn for gr in groups)
     tc_max, ti_max = max(tc), max(ti)
     if ps == 0:
-        net_min = min(gr.net_gbs for gr in groups) * 1e9 * net_eff
-        t_inter = 2.0 * (gpus - 1) / gpus * grad_ar / net_min if N > 1 else 0.0
+        nominal = min(gr.net_gbs for gr in groups) * 8.0
+        line = LINE_EFF * nominal
+        net_min = (line if nominal >= RDMA_GBPS else 1.0 / (1.0 / line + math.exp(-g["log_ar_cap"]))) / 8.0 * 1e9
+        n_b = max(math.ceil(grad_ar / BUCKET_BYTES), 1)
+        t_inter = (2.0 * (gpus - 1) / gpus * grad_ar / net_min + n_b * 2.0 * (gpus - 1) * math.exp(g["log_ar_lat"])
+                   if N > 1 else 0.0)
         t_ar = max(ti_max, t_inter)
         phi = min(max(g["phi"], 0.0), 1.0)
-        T = tc_max + t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max)
+        t_sync = max(t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max), t_ar / n_b)
+        T = tc_max + t_sync
         x_total = gpus * b / T
         per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
-        return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_w=T), per
+        return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T), per
     k = float(max(ps, 1))
     kb = min(max(g["kappa"], 0.0), 1.0)
     bshare, tshare = ps_share if ps_share is not None else (k ** -kb, 1.0 / k)

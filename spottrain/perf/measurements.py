@@ -17,6 +17,11 @@ CSV columns (header names exact, order free)::
 * ``precision``: ``fp32`` (default) or ``fp16`` (mixed precision on tensor cores).
 * ``tensor_count``: number of parameter tensors (variables) of the model; parameter servers pay
   a per-tensor cost on every update. Empty = estimated from ``param_count``.
+* ``step_time_s``: seconds per optimizer step of the cluster (sync all-reduce rows); with an empty
+  ``throughput`` the throughput is GPUs x batch_size / step_time_s.
+* ``sync_time_s``: the part of the step spent waiting for the gradient all-reduce after the
+  backward pass (what PyTorch DDP / AdaptDL time as sync); it fits the network model directly.
+  Never longer than the step.
 
 Any other column is kept in :attr:`Measurement.extra` and written back unchanged.
 """
@@ -32,7 +37,10 @@ from spottrain.errors import InputError, UnknownNameError
 from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
-OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count")
+OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "step_time_s",
+                    "sync_time_s")
+MAX_GPUS_PER_NODE = 16
+"""The most GPUs one node holds (DGX-2, HGX-2: 16); a cluster group asking for more is a typo."""
 PRECISIONS = ("fp32", "fp16")
 
 
@@ -58,6 +66,10 @@ class Measurement:
     precision: str = "fp32"
     tensor_count: int | None = None
     """Parameter tensors of the model; ``None`` = estimated from ``param_count``."""
+    step_time_s: float | None = None
+    """Measured seconds per step (sync all-reduce), when the table gives it."""
+    sync_time_s: float | None = None
+    """Measured seconds of the step spent in the exposed gradient all-reduce, when the table gives it."""
     line: int | None = None
     """Line in the source file (for error messages)."""
     extra: dict[str, str] = field(default_factory=dict, compare=False)
@@ -122,6 +134,7 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
             device(g.gpu)
         except UnknownNameError as exc:
             raise InputError(str(exc), file=file, line=line, column="cluster") from None
+        _check_placement(g, file=file, line=line)
     ps = parse_number(get("ps") or "0", file=file, line=line, column="ps", integer=True, allow_zero=True)
     sync = get("sync").lower() or "sync"
     if sync not in ("sync", "async"):
@@ -132,7 +145,7 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     throughput = None
     if thr_text:
         throughput = parse_number(thr_text, file=file, line=line, column="throughput")
-    elif not query:
+    elif not query and not get("step_time_s"):
         raise InputError("expected a throughput (samples/s) > 0, got an empty value", file=file, line=line, column="throughput")
     flops = parse_number(get("flops_per_sample"), file=file, line=line, column="flops_per_sample") if get("flops_per_sample") else None
     params = (parse_number(get("param_count"), file=file, line=line, column="param_count", integer=True)
@@ -152,11 +165,41 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
         raise InputError(f"expected one of {', '.join(PRECISIONS)}, got {get('precision')!r}", file=file, line=line, column="precision")
     tensors = (parse_number(get("tensor_count"), file=file, line=line, column="tensor_count", integer=True)
                if get("tensor_count") else None)
+    step = parse_number(get("step_time_s"), file=file, line=line, column="step_time_s") if get("step_time_s") else None
+    sync_t = (parse_number(get("sync_time_s"), file=file, line=line, column="sync_time_s", allow_zero=True)
+              if get("sync_time_s") else None)
+    if sync_t is not None and ps != 0:
+        raise InputError("sync_time_s is the all-reduce time of a ps = 0 row; leave it empty for parameter servers",
+                         file=file, line=line, column="sync_time_s")
+    if step is not None and sync_t is not None and sync_t > step * (1 + 1e-6):
+        raise InputError(f"sync time {get('sync_time_s')} s is longer than the step time {get('step_time_s')} s that "
+                         "contains it", file=file, line=line, column="sync_time_s")
+    if step is not None:
+        implied = cluster.total_gpus * batch / step
+        if throughput is None:
+            throughput = implied
+        elif abs(throughput / implied - 1.0) > 0.05:
+            raise InputError(f"throughput {thr_text} disagrees with GPUs x batch_size / step_time_s = {implied:.6g} "
+                             "(more than 5 %); give one of the two, or fix the other",
+                             file=file, line=line, column="step_time_s")
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extra = {k: v for k, v in row.items() if k is not None and k not in known}
     return Measurement(model=model, batch_size=batch, cluster=cluster, ps=ps, sync=sync, throughput=throughput,
                        flops_per_sample=float(flops), param_count=int(params), network_gbps=net, precision=precision,
-                       tensor_count=tensors, line=line, extra=extra)
+                       tensor_count=tensors, step_time_s=step, sync_time_s=sync_t, line=line, extra=extra)
+
+
+def _check_placement(group, *, file, line) -> None:
+    """A group's GPUs per node must exist on one node: an instance type's own GPU count, else at most 16."""
+    from spottrain.perf.hardware import instance_gpu_count
+
+    have = instance_gpu_count(group.gpu)
+    if have is not None and group.gpus_per_node > have:
+        raise InputError(f"cluster group {group}: {group.gpu} has {have} GPU(s) per node, the group asks for "
+                         f"{group.gpus_per_node}; use :{have} or fewer, or more nodes", file=file, line=line, column="cluster")
+    if group.gpus_per_node > MAX_GPUS_PER_NODE:
+        raise InputError(f"cluster group {group}: {group.gpus_per_node} GPUs per node; no node holds more than "
+                         f"{MAX_GPUS_PER_NODE} (write N nodes of G GPUs as NxGPU:G)", file=file, line=line, column="cluster")
 
 
 def read_table(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -206,7 +249,8 @@ def write_measurements(rows: list[Measurement], path: str | Path, *, extra_colum
         for i, r in enumerate(rows):
             base = [r.model, r.batch_size, str(r.cluster), r.ps, r.sync, "" if r.throughput is None else r.throughput,
                     "" if r.network_gbps is None else r.network_gbps, r.flops_per_sample, r.param_count, r.precision,
-                    "" if r.tensor_count is None else r.tensor_count]
+                    "" if r.tensor_count is None else r.tensor_count,
+                    "" if r.step_time_s is None else r.step_time_s, "" if r.sync_time_s is None else r.sync_time_s]
             w.writerow(base + [r.extra.get(k, "") for k in kept] + [extra_columns[c][i] for c in extra_columns])
 
 

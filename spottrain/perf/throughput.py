@@ -34,6 +34,82 @@ from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixel
 from spottrain.types import ClusterGroup, ClusterSpec
 
 
+SYNC_SIGMA = 0.3
+"""Residual scale (log) of measured sync times: repeated placements in Pollux differ by ~30 %."""
+SYNC_FLOOR_S = 1e-3
+"""Sync times are compared as log(t + 1 ms): sub-millisecond waits are timer noise, not network."""
+
+
+Z90 = 1.645
+"""Standard normal quantile of a two-sided ~90 % interval."""
+STUDY_LOG = 0.15
+"""Log standard deviation between studies (frameworks, hosts, software eras) of one configuration,
+beyond each study's own residuals: calibrated by leave-one-study-out on the shipped tables
+(bench/prediction_accuracy.py, first rows)."""
+PATH_LOG = 0.3
+"""Log sd added when a query runs on a precision path (FP16 / TF32 tensor cores, plain FP32) that no
+fitted row used: the fraction of FLOPs on the fast path is then only its prior."""
+NODES_LOG = 0.15
+"""Log sd added per size far beyond the fitted range (more than twice the nodes or GPUs per node)."""
+SPREAD_FLOOR = {"gpu": 0.15, "model": 0.2}
+SPREAD_CAP = 0.3
+"""Largest log sd of an unseen model: with a handful of fitted models the median effect is noise
+(leave one model out on CM-DARE's 16 models errs 7.8 %; 0.3 is ~x1.6 at 90 %)."""
+"""Smallest log sd of an unseen GPU, model or (GPU, model) pair, whatever few effects a fit holds."""
+
+
+STUDY_LEVEL_SIGMA = 0.3
+"""Prior log sd of a study's compute-speed effect (its framework, host and software era)."""
+STUDY_OVER_SIGMA = 1.0
+"""Prior log sd of a study's per-step overhead effect (Python, hooks, optimizer: x3 either way)."""
+STUDY_ROWS = 250
+"""Rows of one study that count fully in a fit; a larger study's rows are down-weighted to as much.
+One study's rows share a host, a framework and a software era: 1,220 Pollux rows on one T4 cluster
+are not 1,220 independent views of how GPUs and models behave, and must not drown the 379 rows of
+the three other studies."""
+
+
+def _study_of(m: Measurement) -> str:
+    """The study a row comes from: the first part of its ``source`` column (one study when absent)."""
+    return (m.extra.get("source") or "").split("/")[0]
+
+
+def _study_weights(rows: list[Measurement]) -> np.ndarray:
+    """Per-row weight of the log residuals: sqrt(min(1, STUDY_ROWS / rows of the row's study))."""
+    from collections import Counter
+
+    n = Counter(_study_of(m) for m in rows)
+    return np.array([math.sqrt(min(1.0, STUDY_ROWS / n[_study_of(m)])) for m in rows])
+
+
+def _regime(q: "_Query") -> str:
+    """Which part of the model a query exercises most: single GPU, one node, across nodes, or PS."""
+    if q.ps > 0:
+        return "ps"
+    if q.cluster.nodes > 1:
+        return "inter"
+    return "intra" if q.cluster.total_gpus > 1 else "single"
+
+
+def _path(q: "_Query", gpu: str) -> str:
+    """The precision path a query's GPU runs: fp16 tensor cores, TF32 tensor cores, or plain FP32."""
+    if q.precision == "fp16":
+        return "fp16"
+    return "tf32" if device(gpu).tf32_tflops else "fp32"
+
+
+def _regime_widths(queries: list, log_residuals, *, scale: float, floor: float) -> dict[str, float]:
+    """90th percentile of |log residual| per regime (with 10+ rows; else of all rows), x scale + floor."""
+    res = np.abs(np.asarray(log_residuals, float))
+    regimes = np.array([_regime(q) for q in queries])
+    every = float(np.quantile(res, 0.9)) if res.size else 0.0
+    out = {}
+    for r in ("single", "intra", "inter", "ps"):
+        sel = res[regimes == r]
+        out[r] = (float(np.quantile(sel, 0.9)) if sel.size >= 10 else every) * scale + floor
+    return out
+
+
 class ExtrapolationWarning(UserWarning):
     """A prediction is far outside the range the model was fitted on."""
 
@@ -58,10 +134,13 @@ class ThroughputPrediction:
     """Why the prediction is extrapolated."""
     per_group: tuple[dict, ...] = field(default=())
     """Per cluster group: gpu, nodes, gpus_per_node, samples_per_s."""
+    sync_time_s: float | None = None
+    """All-reduce rows: seconds of the step spent waiting for the gradient all-reduce after the
+    backward pass (what DDP / AdaptDL time as sync); ``None`` for parameter servers."""
 
     def to_dict(self) -> dict:
         return {"throughput": self.throughput, "low": self.low, "high": self.high,
-                "iteration_time_s": self.iteration_time_s, "bottleneck": self.bottleneck,
+                "iteration_time_s": self.iteration_time_s, "sync_time_s": self.sync_time_s, "bottleneck": self.bottleneck,
                 "extrapolated": self.extrapolated, "notes": list(self.notes), "per_group": list(self.per_group)}
 
 
@@ -276,34 +355,63 @@ class ThroughputModel:
         enc, _ = _encode(queries, dev_index, gpu_effect, model_effect, inter_effect, link_effect)
         devs = _device_table(dev_index)
         y = np.log([q.throughput for q in queries])
+        w = _study_weights(rows)
         g0 = np.array([g_prior.get(k, 0.0) for k in gpu_keys])
         m0 = np.array([m_prior.get(k, 0.0) for k in model_keys])
         i0 = np.array([i_prior.get(k, 0.0) for k in inter_keys])
         # Link effects start at 0, whatever the prior: they describe the hosts a table was measured
         # on (see fit_default_model), and a new table's GPUs start from their interconnect's spec.
         l0 = np.zeros(len(link_keys))
+        # Per-study effects on compute speed and per-step overhead (framework, host, software era),
+        # fitted only when the rows come from two or more studies; a query from an unknown study
+        # takes 0, and the effects' spread is the between-study part of its interval.
+        study_keys = sorted({_study_of(m) for m in rows})
+        study_keys = study_keys if len(study_keys) > 1 else []
+        nS = len(study_keys)
+        s_of = {k: i for i, k in enumerate(study_keys)}
+        s_idx = np.array([s_of.get(_study_of(m), -1) for m in rows])
         nI = len(inter_keys)
         nT, nG, nM = len(mean), len(gpu_keys), len(model_keys)
         s_obs = self.obs_sigma
         m_sd = np.array([self.precision_sigma if _is_prec_key(k) else self.model_sigma for k in model_keys])
 
+        # Measured all-reduce (sync) times of multi-GPU all-reduce rows fit the network model directly.
+        sync_ix = np.array([i for i, m in enumerate(rows) if m.sync_time_s is not None and m.ps == 0
+                            and m.cluster.total_gpus > 1], dtype=int)
+        y_sync = np.log(np.array([rows[i].sync_time_s for i in sync_ix], float) + SYNC_FLOOR_S)
+
+        nL = len(link_keys)
+        base_n = nT + nG + nM + nI + nL
+
+        def study_arrays(z):
+            if not nS:
+                return 0.0, 0.0
+            sl, so = z[base_n: base_n + nS], z[base_n + nS:]
+            return np.where(s_idx >= 0, sl[np.maximum(s_idx, 0)], 0.0), np.where(s_idx >= 0, so[np.maximum(s_idx, 0)], 0.0)
+
         def resid(z):
             th, eg, em = z[:nT], z[nT: nT + nG], z[nT + nG: nT + nG + nM]
-            ei, el = z[nT + nG + nM: nT + nG + nM + nI], z[nT + nG + nM + nI:]
+            ei, el = z[nT + nG + nM: nT + nG + nM + nI], z[nT + nG + nM + nI: base_n]
+            sl, so = study_arrays(z)
             with np.errstate(all="ignore"):
-                pred = an.evaluate(th, eg, em, enc, devs, e_i=ei, e_l=el)
-            r = (np.log(np.maximum(pred, 1e-12)) - y) / s_obs
-            return np.concatenate([r, (th - mean) / sd, (eg - g0) / self.gpu_sigma, (em - m0) / m_sd,
-                                   (ei - i0) / self.inter_sigma, (el - l0) / self.link_sigma])
+                pred, parts = an.evaluate(th, eg, em, enc, devs, e_i=ei, e_l=el, detail=True, study_level=sl,
+                                          study_over=so)
+            r = w * (np.log(np.maximum(pred, 1e-12)) - y) / s_obs
+            r_sync = w[sync_ix] * (np.log(parts["t_sync"][sync_ix] + SYNC_FLOOR_S) - y_sync) / SYNC_SIGMA
+            return np.concatenate([r, r_sync, (th - mean) / sd, (eg - g0) / self.gpu_sigma, (em - m0) / m_sd,
+                                   (ei - i0) / self.inter_sigma, (el - l0) / self.link_sigma,
+                                   z[base_n: base_n + nS] / STUDY_LEVEL_SIGMA, z[base_n + nS:] / STUDY_OVER_SIGMA])
 
-        z0 = np.concatenate([mean, g0, m0, i0, l0])
+        z0 = np.concatenate([mean, g0, m0, i0, l0, np.zeros(2 * nS)])
         sol = least_squares(resid, z0, method="lm", x_scale=1.0, max_nfev=60 * (len(z0) + 1))
         z = sol.x
         self.theta_ = z[: len(mean)]
         self.gpu_effects_ = dict(zip(gpu_keys, z[len(mean): len(mean) + nG]))
         self.model_effects_ = dict(zip(model_keys, z[nT + nG: nT + nG + nM]))
         self.inter_effects_ = {**i_prior, **dict(zip(inter_keys, z[nT + nG + nM: nT + nG + nM + nI]))}
-        self.link_effects_ = dict(zip(link_keys, z[nT + nG + nM + nI:]))
+        self.link_effects_ = dict(zip(link_keys, z[nT + nG + nM + nI: base_n]))
+        self.study_effects_ = {k: [float(z[base_n + i]), float(z[base_n + nS + i])] for i, k in enumerate(study_keys)}
+        sl_fit, so_fit = study_arrays(z)
         self.gpu_effects_ = {**{k: v for k, v in g_prior.items() if k not in self.gpu_effects_}, **self.gpu_effects_}
         self.model_effects_ = {**{k: v for k, v in m_prior.items() if k not in self.model_effects_}, **self.model_effects_}
         self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
@@ -314,10 +422,47 @@ class ThroughputModel:
         with np.errstate(all="ignore"):
             fitted = an.evaluate(self.theta_, *self._effect_arrays(enc_keys=(gpu_keys, model_keys)), enc, devs,
                                  e_i=np.array([self.inter_effects_[k] for k in inter_keys]),
-                                 e_l=np.array([self.link_effects_[k] for k in link_keys]))
+                                 e_l=np.array([self.link_effects_[k] for k in link_keys]),
+                                 study_level=sl_fit, study_over=so_fit)
         self.train_log_residuals_ = y - np.log(fitted)
         self.correction_ = None
         self.interval_log_ = float(np.quantile(np.abs(self.train_log_residuals_), 0.9)) * 1.5 + 0.02
+        self.regime_log_ = _regime_widths(queries, self.train_log_residuals_, scale=1.2, floor=0.02)
+        self.fitted_pairs_ = {f"{device(g.gpu).name}|{q.model}" for q in queries for g in q.cluster.groups}
+        self.ar_nodes_ = max([q.cluster.nodes for q in queries if q.ps == 0] or [0])
+        self.fast_paths_ = sorted({_path(q, name) for q in queries for _g, name, _n in _resolve_groups(q.cluster)})
+        # Robust spread (1.4826 x median |effect|): one outlying model (NCF's per-step overheads) must not
+        # widen every unseen model's interval.
+        rms = lambda v: float(1.4826 * np.median(np.abs(v))) if len(v) else 0.0  # noqa: E731
+        self.spread_log_ = {
+            "gpu": max(rms([v for v in self.gpu_effects_.values()]), SPREAD_FLOOR["gpu"]),
+            "model": min(max(rms([v for k, v in self.model_effects_.items() if not _is_prec_key(k)]),
+                             SPREAD_FLOOR["model"]), SPREAD_CAP),
+            # A (GPU, model) pair never measured together: at least the spread the fit's own prior
+            # allows pair effects (T4 runs BERT at 0.6x and ResNet-50 at 1.6x what its other rows say).
+            "pair": max(rms(list(self.inter_effects_.values())), self.inter_sigma),
+            # Between studies: the root mean square of the fitted study levels (a handful of studies:
+            # no robust estimate), never below STUDY_LOG.
+            "study": max(float(np.sqrt(np.mean([v[0] ** 2 for v in self.study_effects_.values()])))
+                         if self.study_effects_ else 0.0, STUDY_LOG),
+        }
+        if isinstance(self.prior, ThroughputModel):
+            # A user's own table: its GPUs and models are the setup the queries come from; the
+            # prior's calibration of anything else is another study's.
+            self.own_gpus_ = {k.split("/")[0] for k in gpu_keys}
+            self.own_models_ = set(models)
+            p = self.prior
+            self.spread_log_ = {k: max(v, p.spread_log_.get(k, 0.0)) for k, v in self.spread_log_.items()}
+            self.fitted_pairs_ |= set(p.fitted_pairs_)
+            self.ar_nodes_ = max(self.ar_nodes_, p.ar_nodes_)
+            self.fast_paths_ = sorted(set(self.fast_paths_) | set(p.fast_paths_))
+            if len(rows) < 10:
+                # A handful of rows shows nothing of the configurations they do not measure: the
+                # prior's widths stay the floor.
+                self.regime_log_ = {k: max(v, p.regime_log_.get(k, 0.0)) for k, v in self.regime_log_.items()}
+                self.interval_log_ = max(self.interval_log_, p.interval_log_)
+        else:
+            self.own_gpus_, self.own_models_ = set(), set()
         if self.folds and len(rows) >= 2 * max(self.folds, 2) and self.correction != "none":
             self._fit_correction_and_intervals(rows)
         elif self.correction == "always":
@@ -353,24 +498,53 @@ class ThroughputModel:
         if use:
             self.correction_ = ResidualCorrection().fit(rows, self.train_log_residuals_)
         self.interval_log_ = float(np.quantile(np.abs(self.cv_log_residuals_), 0.9))
+        self.regime_log_ = _regime_widths([_Query.of(m) for m in rows], self.cv_log_residuals_, scale=1.0, floor=0.0)
 
     # -- prediction ------------------------------------------------------------------------
     def _check(self) -> None:
         if not hasattr(self, "theta_"):
             raise NotFittedError("ThroughputModel.predict called before fit()")
 
-    def _extrapolation(self, q: _Query) -> list[str]:
-        notes = []
+    def _extrapolation(self, q: _Query, sync_share: float = 0.0) -> list[tuple[str, float]]:
+        """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds)."""
+        notes: list[tuple[str, float]] = []
+        sp = self.spread_log_
+        unseen_gpu = False
         for g, name, gpn in _resolve_groups(q.cluster):
             if name not in self.fitted_gpus_:
-                notes.append(f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)")
+                unseen_gpu = True
+                notes.append((f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)", sp["gpu"]))
+            elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
+                notes.append((f"{q.model} never measured on {name}", sp["pair"]))
+            if _path(q, name) not in self.fast_paths_:
+                notes.append((f"{_path(q, name)} path never measured", PATH_LOG))
             if gpn > 2 * self.max_gpus_per_node_:
-                notes.append(f"{gpn} GPUs per node, fitted up to {self.max_gpus_per_node_}")
+                notes.append((f"{gpn} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
         if q.model not in self.fitted_models_:
-            notes.append(f"model {q.model} not in the fitted data (predicted from its FLOPs)")
-        if q.cluster.nodes > 2 * self.max_nodes_:
-            notes.append(f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}")
+            notes.append((f"model {q.model} not in the fitted data (predicted from its FLOPs)", sp["model"]))
+        if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
+            notes.append((f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}", NODES_LOG))
+        if q.ps == 0 and q.cluster.nodes > 1 and self.ar_nodes_ <= 1:
+            notes.append(("no all-reduce across nodes in the fitted data (achieved network rate from its prior)",
+                          an.PRIOR["log_ar_cap"][1] * sync_share))
+        if not unseen_gpu and (self.own_gpus_ or self.own_models_):
+            missing = [n for _g, n, _k in _resolve_groups(q.cluster) if n not in self.own_gpus_]
+            if missing or q.model not in self.own_models_:
+                what = f"GPU {missing[0]}" if missing else f"model {q.model}"
+                notes.append((f"{what} not in your measurements (calibrated on another study's)",
+                              self.spread_log_.get("study", STUDY_LOG)))
         return notes
+
+    def _half_width(self, q: _Query, notes: list[tuple[str, float]]) -> float:
+        """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
+        what each reason it is outside the fitted data adds (1.645 standard deviations)."""
+        base = self.regime_log_.get(_regime(q), self.interval_log_) if hasattr(self, "regime_log_") else self.interval_log_
+        if not (self.own_gpus_ or self.own_models_):
+            # Calibrated on published studies, not on the user's cluster: every query is another
+            # study's, and studies disagree by more than their own residuals (leave one study out).
+            notes = [*notes, ("", self.spread_log_.get("study", STUDY_LOG))]
+        extra = math.sqrt(sum(sd * sd for _n, sd in notes))
+        return math.sqrt(base * base + (Z90 * extra) ** 2)
 
     def predict(self, queries, *, warn: bool = True) -> list[ThroughputPrediction]:
         """Predict each query (Measurements, or dict rows with the table's fields)."""
@@ -390,32 +564,43 @@ class ThroughputModel:
         devs = _device_table(dev_index)
         eg, em = self._effect_arrays((gpu_keys, model_keys))
         ei = np.array([self.inter_effects_[k] for k in inter_keys])
+        studies = [self.study_effects_.get(_study_of(q), (0.0, 0.0)) if isinstance(q, Measurement) else (0.0, 0.0)
+                   for q in queries]
         with np.errstate(all="ignore"):
             x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True, e_i=ei,
-                                   e_l=np.array([self.link_effects_[k] for k in link_keys]))
+                                   e_l=np.array([self.link_effects_[k] for k in link_keys]),
+                                   study_level=np.array([v[0] for v in studies]),
+                                   study_over=np.array([v[1] for v in studies]))
         logx = np.log(x)
         if self.correction_ is not None:
             logx = logx + self.correction_.predict([q for q in queries] if all(isinstance(q, Measurement) for q in queries)
                                                     else qs)
         out = []
+        far = []
         for i, q in enumerate(qs):
-            notes = self._extrapolation(q)
-            half = self.interval_log_
+            share = (float(parts["t_sync"][i] / (parts["t_comp"][i] + parts["t_sync"][i]))
+                     if q.ps == 0 and parts["t_comp"][i] + parts["t_sync"][i] > 0 else 0.0)
+            reasons = self._extrapolation(q, share)
+            half = self._half_width(q, reasons)
+            notes = [n for n, _sd in reasons]
             if notes:
-                half = math.sqrt(half**2 + (0.25 * len(notes)) ** 2)
-                if warn:
-                    warnings.warn(f"{q.model} on {q.cluster}: " + "; ".join(notes), ExtrapolationWarning, stacklevel=2)
+                far.append(f"{q.model} on {q.cluster}: " + "; ".join(notes))
             thr = float(math.exp(logx[i]))
             gpus = q.cluster.total_gpus
             it = gpus * q.batch_size / thr if q.ps == 0 or q.sync == "sync" else float(parts["t_w"][i])
             out.append(ThroughputPrediction(
                 throughput=thr, low=thr * math.exp(-half), high=thr * math.exp(half), iteration_time_s=it,
                 bottleneck=an.bottleneck(q.ps, parts, i), extrapolated=bool(notes), notes=tuple(notes),
+                sync_time_s=float(parts["t_sync"][i]) if q.ps == 0 else None,
                 per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
+        if far and warn:
+            more = f" (and {len(far) - 1} more queries outside the fitted data)" if len(far) > 1 else ""
+            warnings.warn(far[0] + more + "; intervals widened", ExtrapolationWarning, stacklevel=2)
         return out
 
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
-              "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_")
+              "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
+              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_")
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -430,7 +615,7 @@ class ThroughputModel:
             elif isinstance(v, set):
                 v = sorted(v)
             elif isinstance(v, dict):
-                v = {a: float(b) for a, b in sorted(v.items())}
+                v = {a: ([float(x) for x in b] if isinstance(b, (list, tuple)) else float(b)) for a, b in sorted(v.items())}
             out[k] = v
         return out
 
@@ -444,7 +629,7 @@ class ThroughputModel:
             v = data[k]
             if k == "theta_":
                 v = np.array(v, float)
-            elif k in ("fitted_gpus_", "fitted_models_"):
+            elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_"):
                 v = set(v)
             setattr(m, k, v)
         m.correction_ = None
@@ -477,13 +662,14 @@ class ThroughputModel:
                                          + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
                                          pix=input_pixels(q.model),
                                          ps_share=q.ps_share)
-        notes = self._extrapolation(q)
-        half = self.interval_log_
-        if notes:
-            half = math.sqrt(half**2 + (0.25 * len(notes)) ** 2)
+        share = parts["t_sync"] / parts["t_w"] if q.ps == 0 and parts["t_w"] > 0 else 0.0
+        reasons = self._extrapolation(q, share)
+        half = self._half_width(q, reasons)
+        notes = [n for n, _sd in reasons]
         return ThroughputPrediction(
             throughput=thr, low=thr * math.exp(-half), high=thr * math.exp(half), iteration_time_s=parts["t_w"],
             bottleneck=an.bottleneck_of(q.ps, parts), extrapolated=bool(notes), notes=tuple(notes),
+            sync_time_s=parts["t_sync"] if q.ps == 0 else None,
             per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
                             for (g, name, gpn), x in zip(resolved, per)))
 
