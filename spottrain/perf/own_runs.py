@@ -91,15 +91,17 @@ def _gpu_name(name: str) -> str | None:
 
 
 def _to_measurement(raw: dict, path: Path) -> Measurement:
-    """Validate one stored row as the measurement table's reader would; raises InputError."""
+    """Validate one stored row as the measurement table's reader would; raises InputError.
+
+    The row keeps its measured step and all-reduce times (``step_time_s``, ``sync_time_s``:
+    the model fits the all-reduce time directly), its run id and when it was measured, and
+    counts as a study of its own (``source`` ``own-runs``: your hosts and framework).
+    """
     def text(col: str) -> str:
         v = raw.get(col)
         return "" if v is None else str(v)
 
-    cells = {c: text(c) for c in ("model", "batch_size", "cluster", "ps", "sync", "throughput", "network_gbps",
-                                  "flops_per_sample", "param_count", "precision", "tensor_count")}
     where = {"file": str(path), "line": None}
-    m = parse_row(cells, **where)
     step, sync_s = raw.get("step_time_s"), raw.get("sync_time_s")
     if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
         raise InputError(f"expected a step time > 0, got {step!r}", **where, column="step_time_s")
@@ -109,9 +111,15 @@ def _to_measurement(raw: dict, path: Path) -> Measurement:
         if sync_s > step:
             raise InputError(f"all-reduce time {sync_s:g} s is longer than the step time {step:g} s",
                              **where, column="sync_time_s")
-    extra = {"run_id": text("run_id"), "measured_at": text("created_at"), "step_time_s": f"{step:.6g}",
-             "sync_time_s": "" if sync_s is None else f"{sync_s:.6g}"}
-    return replace(m, extra=extra)
+    cells = {c: text(c) for c in ("model", "batch_size", "cluster", "ps", "sync", "throughput", "network_gbps",
+                                  "flops_per_sample", "param_count", "precision", "tensor_count", "sync_time_s")}
+    cells["source"] = f"own-runs/{text('run_id')}"
+    m = parse_row(cells, **where)
+    # The step time enters as measured when GPUs x per-GPU batch is the step's samples; a global
+    # batch that does not split evenly over the workers stores a rounded per-GPU batch.
+    if abs(m.cluster.total_gpus * m.batch_size / step / m.throughput - 1.0) <= 0.05:
+        m = replace(m, step_time_s=float(step))
+    return replace(m, extra={**m.extra, "run_id": text("run_id"), "measured_at": text("created_at")})
 
 
 def own_rows(model: str | list[str] | None, *, cluster: ClusterSpec | str | None = None, batch_size: int | None = None,
