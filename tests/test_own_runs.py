@@ -125,10 +125,30 @@ def test_steady_state_leaves_out_warm_up_and_stalls_per_world_size():
     assert measurement_rows(events, RunSetup(model="resnet50", global_batch_size=96, gpu="V100", gpus_shared=True)) == []
 
 
-def test_all_reduce_time_is_kept_when_the_workers_report_it():
+def test_all_reduce_time_is_kept_when_the_workers_report_it(tmp_path):
     events = [{"t": i * 0.4, "kind": "step", "step": i + 1, "gen": 0, "world": 2, "sync_time_s": 0.1} for i in range(20)]
     (row,) = measurement_rows(events, RunSetup(model="resnet50", global_batch_size=64, gpu="T4"))
     assert row["sync_time_s"] == pytest.approx(0.1) and row["step_time_s"] == pytest.approx(0.4)
+    with Store(tmp_path / "s.db") as store:
+        store.add_measurements("r", [row])
+    (m,) = own_rows("resnet50", store_path=tmp_path / "s.db").rows
+    # Read back as the measurement table's row: the model fits the all-reduce time directly.
+    assert (m.sync_time_s, m.step_time_s, m.throughput, str(m.cluster)) == pytest.approx((0.1, 0.4, 160.0, "1xT4:2"))
+    assert m.extra["source"] == "own-runs/r" and m.extra["run_id"] == "r"
+
+
+def test_what_a_local_job_records_as_its_setup(tmp_path, monkeypatch):
+    from spottrain.runtime.local import LocalJob
+    from spottrain.runtime.record import local_setup
+
+    monkeypatch.setenv("SPOTTRAIN_DEVICE", "cpu")
+    job = LocalJob(command=[sys.executable, "train.py", "--lr", "0.1"], workers=2, run_dir=tmp_path, job_id="j")
+    assert local_setup(job) is None  # the script sets its own batch: samples per step unknown
+    job.env["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = "128"
+    setup = local_setup(job)
+    assert (setup.model, setup.global_batch_size, setup.gpu, setup.flops_per_sample) == ("train", 128, "cpu", None)
+    ex = local_setup(job, example="mlp")
+    assert ex.model == "example-mlp" and ex.global_batch_size == 128 and ex.param_count > 0
 
 
 # --------------------------------------------------------------------------- predict --from-store
