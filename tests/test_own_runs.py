@@ -203,6 +203,14 @@ def test_read_only_commands_do_not_create_a_store(tmp_path, capsys, monkeypatch)
     assert code == 0 and err == ""  # default: silent when there is nothing
     code, out, err = run_cli(capsys, "predict", "--model", "resnet50", "--cluster", "1xV100", "--json", "--from-store")
     assert code == 0 and f"no store at {missing}" in err
+    code, out, err = run_cli(capsys, "plan", "--model", "resnet50", "--samples", "1M", "--budget", "100", "--gpus", "V100",
+                             "--max-nodes", "2", "--no-refine", "--no-baselines", "--json", "--from-store")
+    assert code == 0 and f"no store at {missing}" in err
+    curves = tmp_path / "c.csv"
+    curves.write_text("step,loss\n" + "".join(f"{s},{2.0 / (1 + s / 100):.5f}\n" for s in range(0, 2000, 100)))
+    code, out, err = run_cli(capsys, "converge", "--curves", str(curves), "--target-loss", "0.5", "--batch-size", "32",
+                             "--json", "--from-store")
+    assert code == 0 and f"no store at {missing}" in err
     assert not missing.parent.exists()
 
 
