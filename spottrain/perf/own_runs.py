@@ -165,7 +165,7 @@ def own_rows(model: str | list[str] | None, *, cluster: ClusterSpec | str | None
             continue
         if precision is not None and m.precision != precision:
             continue
-        same_gpu = not want_gpus or gpu in want_gpus
+        same_gpu = gpu in want_gpus  # no cluster asked (plan, a query table): every row is "same model"
         same_size = want_workers is None or m.cluster.total_gpus == want_workers
         same_batch = batch_size is None or m.batch_size == batch_size
         relation = "same cluster" if same_gpu and same_size and same_batch else ("same GPU" if same_gpu else "same model")
