@@ -19,7 +19,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from spottrain.errors import InputError, SchemaVersionError
 
@@ -203,6 +205,9 @@ class Profile:
         missing = [k for k in REQUIRED_KEYS if k not in data]
         if missing:
             raise InputError(f"missing required key(s) {', '.join(missing)}", file=where)
+        from spottrain.files import validate_model
+
+        validate_model(ProfileSchema, dict(data), file=where, what="profile")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         for key, kind in (("batch_size", int), ("param_count", int), ("gradient_bytes", int)):
@@ -235,32 +240,66 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Profile":
-        """Read a profile JSON file (as written by :meth:`save` or ``spottrain profile --out``)."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError("no such profile file", file=str(path)) from None
-        except OSError as exc:
-            raise InputError(f"cannot read profile: {exc.strerror}", file=str(path)) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", file=str(path), line=exc.lineno) from None
-        return cls.from_dict(data, source=str(path))
+        """Read a profile JSON file (as written by :meth:`save` or ``spottrain profile --out``).
+
+        The file passes :func:`spottrain.files.read_json` (missing, binary, non-UTF-8 or invalid
+        JSON files are one-line errors naming the file and line) and :class:`ProfileSchema`.
+        """
+        from spottrain.files import read_json
+
+        return cls.from_dict(read_json(path, what="profile file"), source=str(path))
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-        """Write JSON atomically; refuses to replace an existing file unless ``overwrite``."""
-        path = Path(path)
-        if path.exists() and not overwrite:
-            raise InputError("file exists; pass --force (overwrite=True) to replace it", file=str(path))
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(self.to_json() + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        """Write JSON atomically (a temporary file beside ``path``); refuses to replace an existing
+        file unless ``overwrite``, and a directory or unwritable place always."""
+        from spottrain.files import check_output, write_atomic
+
+        path = check_output(path, option="--out", force=overwrite)
+        return write_atomic(path, self.to_json() + "\n")
 
 
 _TIMING_FIELDS = tuple(f.name for f in fields(PhaseTiming))
+
+_Pos = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _DeviceSchema(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Annotated[str, Field(min_length=1, max_length=100)]
+    peak_tflops: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] | None = None
+
+
+class _TimingSchema(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    median_s: _NonNeg
+    p10_s: _NonNeg
+    p25_s: _NonNeg
+    p75_s: _NonNeg
+    p90_s: _NonNeg
+    mean_s: _NonNeg
+
+
+class ProfileSchema(BaseModel):
+    """Types and physical ranges of a profile's keys (docs/formats.md, "Profile"): counts are
+    whole numbers, times and rates positive and finite, FLOPs non-negative and finite."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    model: Annotated[str, Field(min_length=1, max_length=500)]
+    batch_size: Annotated[int, Field(ge=1, le=10_000_000)]
+    param_count: Annotated[int, Field(ge=0)]
+    gradient_bytes: Annotated[int, Field(ge=0)]
+    flops_per_sample_forward: _NonNeg
+    flops_per_sample_backward: _NonNeg
+    step_time_s: _Pos
+    samples_per_s: _Pos
+    device: _DeviceSchema
+    trainable_param_count: Annotated[int, Field(ge=0)] | None = None
+    precision: Literal["fp32", "amp", "fp16", "bf16"] = "fp32"
+    timing: dict[str, _TimingSchema] = {}
+    iterations: Annotated[int, Field(ge=0)] = 0
+    warmup: Annotated[int, Field(ge=0)] = 0
+    loss_curve: list[Annotated[list[Annotated[float, Field(allow_inf_nan=False)]], Field(min_length=2, max_length=2)]] | None = None
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:

@@ -25,7 +25,6 @@ User CSV format (documented in ``docs/transience.md``)::
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,108 +98,73 @@ def load_user_trace(path: str | Path) -> Trace:
 
     >>> t = load_user_trace("my_trace.csv")  # doctest: +SKIP
     """
+    from spottrain.files import parse_csv, read_text
+
     path = Path(path)
     name = str(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError("file not found", file=name) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=name) from None
-
+    text = read_text(path, what="trace")
+    table = parse_csv(text, file=name, required=("time_s", "source", "event"), known=USER_COLUMNS, what="trace",
+                      pad=True)
     meta: dict[str, str] = {}
-    header: list[str] | None = None
-    header_line = 0
-    rows: list[tuple[int, list[str]]] = []
-    for lineno, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if not text:
-            continue
-        if text.startswith("#"):
-            body = text.lstrip("#").strip()
-            if ":" in body and header is None:
-                key, _, val = body.partition(":")
-                key = key.strip().lower()
-                if key not in _META_KEYS:
-                    raise InputError(
-                        f"unknown metadata key {key!r} (known: {', '.join(_META_KEYS)})",
-                        file=name, line=lineno,
-                    )
-                meta[key] = val.strip()
-            continue
-        cells = next(csv.reader([raw]))
-        if header is None:
-            header = [c.strip() for c in cells]
-            header_line = lineno
-            for col in header:
-                if col not in USER_COLUMNS:
-                    raise InputError(
-                        f"unknown column {col!r}; expected columns {', '.join(USER_COLUMNS)}",
-                        file=name, line=lineno, column=col,
-                    )
-            for col in ("time_s", "source", "event"):
-                if col not in header:
-                    raise InputError(f"missing column {col!r}", file=name, line=lineno)
-            continue
-        if len(cells) > len(header):
-            raise InputError(
-                f"{len(cells)} fields but the header has {len(header)}", file=name, line=lineno
-            )
-        rows.append((lineno, cells + [""] * (len(header) - len(cells))))
-
-    if header is None or not rows:
+    header_line = table.header_line
+    for lineno, raw in table.comments:
+        body = raw.strip().lstrip("#").strip()
+        if ":" in body and lineno < header_line:
+            key, _, val = body.partition(":")
+            key = key.strip().lower()
+            if key not in _META_KEYS:
+                raise InputError(
+                    f"unknown metadata key {key!r} (known: {', '.join(_META_KEYS)})",
+                    file=name, line=lineno,
+                )
+            meta[key] = val.strip()
+    if not len(table):
         raise InputError(
             "empty trace: expected a header 'time_s,source,event,value' and at least one event",
-            file=name, line=max(len(lines), 1),
+            file=name, line=max(text.count("\n"), 1),
         )
 
-    col = {c: i for i, c in enumerate(header)}
+    import numpy as np
+
+    times = table.numbers("time_s", low=0.0, low_open=False)
+    order = np.flatnonzero(np.diff(times) < 0)
+    if len(order):
+        i = int(order[0]) + 1
+        raise table.error(f"events out of order: time {times[i]:g} s comes after {times[i - 1]:g} s; sort by time_s",
+                          row=i, column="time_s")
+    sources = table.texts("source")
+    raw_events = table.texts("event")
+    values_text = table.texts("value")
+    evs = [e.lower() for e in raw_events]
     events: list[TraceEvent] = []
     running: set[str] = set()
-    last_t = -math.inf
-    for lineno, cells in rows:
-        t_text = cells[col["time_s"]].strip()
-        try:
-            t = float(t_text)
-        except ValueError:
-            raise InputError(f"expected a number of seconds, got {t_text!r}",
-                             file=name, line=lineno, column="time_s") from None
-        if not math.isfinite(t) or t < 0:
-            raise InputError(f"time must be >= 0 seconds, got {t_text!r}",
-                             file=name, line=lineno, column="time_s")
-        if t < last_t:
-            raise InputError(
-                f"events out of order: time {t:g} s comes after {last_t:g} s; sort by time_s",
-                file=name, line=lineno, column="time_s",
-            )
-        last_t = t
-        source = cells[col["source"]].strip()
+    for i, (t, source, ev) in enumerate(zip(times.tolist(), sources, evs)):
         if not source:
-            raise InputError("empty source", file=name, line=lineno, column="source")
-        ev = cells[col["event"]].strip().lower()
+            raise table.error("empty source", row=i, column="source")
         if ev not in EVENTS:
-            raise InputError(f"unknown event {ev!r}; expected one of {', '.join(EVENTS)}",
-                             file=name, line=lineno, column="event")
+            raise table.error(f"unknown event {raw_events[i]!r}; expected one of {', '.join(EVENTS)}", row=i,
+                              column="event")
         value: float | None = None
-        v_text = cells[col["value"]].strip() if "value" in col else ""
         if ev in ("available", "price"):
+            v_text = values_text[i]
             try:
                 value = float(v_text)
             except ValueError:
-                raise InputError(f"event {ev!r} needs a numeric value, got {v_text!r}",
-                                 file=name, line=lineno, column="value") from None
+                raise table.error(f"event {ev!r} needs a numeric value, got {v_text!r}", row=i,
+                                  column="value") from None
             if not math.isfinite(value) or value < 0:
-                raise InputError(f"value must be >= 0, got {v_text!r}",
-                                 file=name, line=lineno, column="value")
+                raise table.error(f"value must be a finite number >= 0, got {v_text!r}", row=i, column="value")
+            if ev == "available" and value != int(value):
+                raise table.error(f"an 'available' value counts instances: expected a whole number, got {v_text!r}",
+                                  row=i, column="value")
         elif ev == "start":
             if source in running:
-                raise InputError(f"node {source!r} started twice without revoke/end",
-                                 file=name, line=lineno, column="source")
+                raise table.error(f"node {source!r} started twice without revoke/end", row=i, column="source")
             running.add(source)
         else:
             if source not in running:
-                raise InputError(f"{ev} of node {source!r} that is not running (no start before)",
-                                 file=name, line=lineno, column="source")
+                raise table.error(f"{ev} of node {source!r} that is not running (no start before)", row=i,
+                                  column="source")
             running.discard(source)
         events.append(TraceEvent(time_s=t, source=source, event=ev, value=value))
 
@@ -218,19 +182,44 @@ def load_user_trace(path: str | Path) -> Trace:
         except ValueError:
             raise InputError(f"duration_s must be a number, got {meta['duration_s']!r}",
                              file=name) from None
+        if not math.isfinite(duration) or duration <= 0:
+            raise InputError(f"duration_s must be a finite number of seconds > 0, got {meta['duration_s']!r}",
+                             file=name)
         if duration < events[-1].time_s:
             raise InputError(f"duration_s {duration:g} is before the last event "
                              f"({events[-1].time_s:g} s)", file=name)
+    cloud = meta.get("cloud", "unknown").lower()
+    if cloud not in ("aws", "gcp", "azure", "unknown"):
+        from spottrain.errors import UnknownNameError
+
+        raise InputError(str(UnknownNameError("cloud", cloud, ("aws", "gcp", "azure"))), file=name, column="cloud")
     gpu = meta.get("gpu") or None
     if gpu:
         gpu = _canonical_gpu(gpu)
+    _check_instance_gpu(meta.get("instance_type") or None, gpu, cloud, file=name)
     return Trace(
-        name=meta.get("name", path.stem), cloud=meta.get("cloud", "unknown").lower(),
+        name=meta.get("name", path.stem), cloud=cloud,
         gpu=gpu, instance_type=meta.get("instance_type") or None,
         zone=meta.get("zone") or None, kind=kind, events=tuple(events),
         duration_s=duration, provenance=meta.get("provenance", f"user trace {name}"),
         meta={"header_line": header_line},
     )
+
+
+def _check_instance_gpu(instance_type: str | None, gpu: str | None, cloud: str, *, file: str) -> None:
+    """A trace naming both an instance type the catalog knows and a GPU: they must agree."""
+    if not instance_type or not gpu:
+        return
+    try:
+        from spottrain.catalog import load_catalog
+
+        offers = [o for o in load_catalog().offers if o.instance_type == instance_type
+                  and (cloud == "unknown" or o.cloud == cloud)]
+    except ImportError:  # pragma: no cover
+        return
+    if offers and offers[0].gpu != gpu:
+        raise InputError(f"instance type {instance_type} has {offers[0].gpu} GPUs, the trace says gpu {gpu}",
+                         file=file, column="gpu")
 
 
 def _canonical_gpu(name: str) -> str:
