@@ -100,8 +100,11 @@ class _Reader:
             value = float(raw)
         except ValueError:
             raise InputError(f"expected a number, got {raw!r}", file=self.file, line=line, column=column) from None
-        if not value >= 0:  # also rejects NaN
-            raise InputError(f"expected a number >= 0, got {raw!r}", file=self.file, line=line, column=column)
+        if not 0 <= value < float("inf"):  # also rejects NaN
+            raise InputError(f"expected a number >= 0 (finite), got {raw!r}", file=self.file, line=line, column=column)
+        if column == "AcceleratorCount" and (value != int(value) or value > 16):
+            raise InputError(f"expected a whole number of GPUs per node (0-16), got {raw!r}", file=self.file,
+                             line=line, column=column)
         return value
 
     def rows(self) -> Iterator[tuple[int, dict]]:
@@ -280,11 +283,13 @@ def load_catalog(path: str | os.PathLike | None = None) -> Catalog:
     """
     if path is None:
         return _shipped()
+    from spottrain.files import parse_csv, read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read catalog: {exc.strerror or exc}", file=str(path)) from None
+    text = read_text(p, what="catalog")
+    # The header (duplicated, unnamed or missing columns) and the CSV syntax, with line numbers.
+    parse_csv(text, file=str(path), required=REQUIRED_COLUMNS, comments=False, what="catalog", pad=False)
+    text = text.lstrip("\ufeff")
     skipped: Counter = Counter()
     offers = parse_vms(text, str(path), f"user catalog {p.name}", skipped)
     if not offers:
