@@ -239,6 +239,7 @@ class Trainer:
                 if self._elastic is None:
                     raise
                 reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+
             except RuntimeError as exc:
                 # gloo raises a plain RuntimeError when a peer's connection closes; so may user
                 # code. It is a membership failure only if this worker aborted the group itself
@@ -305,7 +306,7 @@ class Trainer:
             self._begin_stop(str(msg["stop"]))
 
     def _on_controller_lost(self) -> None:
-        self._begin_stop(f"no word from the controller for {self.config.controller_grace_s:g}s")
+        self._begin_stop("controller lost (silent, or refusing connections)")
         self._abort_group(self._group_gen + 1)
 
     def _begin_stop(self, reason: str) -> None:
@@ -352,6 +353,8 @@ class Trainer:
         before: set[int] = set()
         if self._elastic is not None:
             gen, members = self._elastic.wait_generation(self._gen, timeout_s=self.config.rejoin_timeout_s)
+            # every member present before gloo's bootstrap, or a newer generation instead
+            gen, members = self._elastic.arrive(gen, members, timeout_s=self.config.pg_timeout_s)
             t_wait = time.time() - t0
             self._gen, self._rank, self._world = gen, members.index(self.worker_id), len(members)
             before = socket_inodes()

@@ -82,6 +82,32 @@ class ElasticClient:
                                    f"within {timeout_s:.0f}s")
             time.sleep(0.02)
 
+    def arrive(self, gen: int, members: list[str], *, timeout_s: float) -> tuple[int, list[str]]:
+        """Wait until every member of generation ``gen`` has arrived to form it; move on to a newer
+        generation that includes this worker as soon as one is published. Returns the generation
+        all members reached. A member that never arrives (it died or left while the generation
+        was published) makes this raise :class:`TimeoutError` after posting ``formfail/<gen>``:
+        the controller then publishes the members that did arrive."""
+        deadline = time.monotonic() + timeout_s
+        self.set(f"gen/{gen}/arrived/{self.worker_id}", time.time())
+        while True:
+            if self.store.check([f"gen/{gen}/arrived/{m}" for m in members]):
+                return gen, members
+            newest = self.get_nowait("gen")
+            if newest is not None and int(newest) > gen:
+                newer = json.loads(self.store.get(f"gen/{int(newest)}/members"))
+                if self.worker_id in newer:
+                    gen, members = int(newest), newer
+                    deadline = time.monotonic() + timeout_s
+                    self.set(f"gen/{gen}/arrived/{self.worker_id}", time.time())
+                    continue
+            if time.monotonic() > deadline:
+                self.set(f"formfail/{gen}", self.worker_id)
+                missing = [m for m in members if not self.store.check([f"gen/{gen}/arrived/{m}"])]
+                raise TimeoutError(f"worker {self.worker_id}: generation {gen} incomplete after {timeout_s:.0f}s "
+                                   f"(missing {', '.join(missing)})")
+            time.sleep(0.02)
+
     def group_store(self, gen: int) -> dist.Store:
         return dist.PrefixStore(f"gen/{gen}/pg", self.store)
 

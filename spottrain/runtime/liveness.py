@@ -9,8 +9,9 @@ three signals, none of which reads an error message:
 - **Silence** (``SIGSTOP``, a link that went down, a host that vanished without FIN/RST): no
   line from the worker for ``deadline_s``; the controller declares it lost.
 - **Controller loss** (the launcher killed, its host gone): a worker hears nothing for
-  ``grace_s`` (or cannot reconnect within it) and fences itself: it exits within a bounded time,
-  so no worker outlives its controller.
+  ``grace_s`` (or cannot reconnect within it), or its reconnects are refused for ``refused_s``
+  (the controller's host is up and nothing listens any more: the controller process is gone),
+  and stops: it exits within a bounded time, so no worker outlives its controller.
 
 The server also pushes messages down the connections: a new membership generation (with
 ``abort`` when a member of the current group was lost, so that survivors hung in a collective
@@ -38,6 +39,8 @@ DEFAULT_DEADLINE_S = 3.0
 """A worker silent this long is declared lost (``spottrain run --liveness-timeout``)."""
 DEFAULT_GRACE_S = 10.0
 """A worker that hears nothing from its controller this long exits."""
+DEFAULT_REFUSED_S = 2.0
+"""A worker whose reconnects to the controller are refused this long exits."""
 
 
 @dataclass
@@ -228,7 +231,7 @@ class Heartbeat:
 
     def __init__(self, endpoint: str, wid: str, *, on_message: Callable[[dict[str, Any]], None],
                  on_lost: Callable[[], None], interval_s: float = DEFAULT_INTERVAL_S,
-                 grace_s: float = DEFAULT_GRACE_S) -> None:
+                 grace_s: float = DEFAULT_GRACE_S, refused_s: float = DEFAULT_REFUSED_S) -> None:
         host, port = endpoint.rsplit(":", 1)
         self.addr = (host, int(port))
         self.wid = wid
@@ -236,6 +239,8 @@ class Heartbeat:
         self.on_lost = on_lost
         self.interval_s = interval_s
         self.grace_s = grace_s
+        self.refused_s = refused_s
+        self._refused_since: float | None = None
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -264,8 +269,12 @@ class Heartbeat:
     def _connect(self) -> bool:
         try:
             sock = socket.create_connection(self.addr, timeout=min(self.grace_s, 2.0))
+        except ConnectionRefusedError:
+            self._refused_since = self._refused_since or time.monotonic()
+            return False
         except OSError:
             return False
+        self._refused_since = None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.sendall((json.dumps({"hello": self.wid, "pid": os.getpid()}) + "\n").encode())
@@ -285,13 +294,14 @@ class Heartbeat:
         next_beat = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if now - self.last_heard > self.grace_s:
+            refused = self._refused_since is not None and now - self._refused_since > self.refused_s
+            if now - self.last_heard > self.grace_s or refused:
                 self.on_lost()
                 return
             sock = self._sock
             if sock is None:
                 if not self._connect():
-                    self._stop.wait(self.interval_s)
+                    self._stop.wait(min(self.interval_s, 0.2))
                 buf = b""
                 continue
             if now >= next_beat:

@@ -443,6 +443,18 @@ class _Controller:
         if self.failed:
             return True
         self._check_liveness(now)
+        # Leavers first, all of this tick's at once: no generation is published that lists a
+        # worker which has already announced it is leaving.
+        leavers = [w for w in self.live() if not w.leaving and self.store.check([f"left/{w.wid}"])]
+        for w in leavers:
+            w.leaving = True
+            self.record("left", worker=w.wid, slot=w.slot, released=w.released)
+        if leavers and not self.finished:
+            self.publish([m for m in self.members if self._alive(m)])
+            for w in leavers:
+                if not w.released:
+                    self.decide("revoked", w.wid, w.slot, extra=self._view_of(w))
+        self._check_formation()
         for w in self.live():
             if not w.ready and self.store.check([f"ready/{w.wid}"]):
                 w.ready = True
@@ -456,13 +468,6 @@ class _Controller:
                 self.record("notice", worker=w.wid, slot=w.slot)
                 d = self.decide("notice", w.wid, w.slot)
                 self.store.set(f"decision/{w.wid}", json.dumps({"checkpoint_now": d.checkpoint_now}))
-            if not w.leaving and self.store.check([f"left/{w.wid}"]):
-                w.leaving = True
-                self.record("left", worker=w.wid, slot=w.slot, released=w.released)
-                if not self.finished:
-                    self.publish([m for m in self.members if self._alive(m) and m != w.wid])
-                    if not w.released:
-                        self.decide("revoked", w.wid, w.slot, extra=self._view_of(w))
         if now - self._last_progress_t >= 0.25:
             self._last_progress_t = now
             step = self._progress()
@@ -496,6 +501,25 @@ class _Controller:
             self.failed = f"timed out after {self.job.timeout_s:.0f}s"
             return True
         return False
+
+    def _check_formation(self) -> None:
+        """A member that could not form the current generation in time (one listed member never
+        came: it died or left while the generation was being published) asks for another; the
+        controller republishes the members it still believes alive."""
+        if self.finished or self.gen < 0 or not self.store.check([f"formfail/{self.gen}"]):
+            return
+        self.store.delete_key(f"formfail/{self.gen}")
+        missing = [m for m in self.members if not self.store.check([f"gen/{self.gen}/arrived/{m}"])]
+        self.record("formation_failed", gen=self.gen, missing=missing)
+        # A member that did not come to form the group in time is stuck or gone: lost.
+        gen = self.gen
+        for wid in missing:
+            w = self.workers.get(wid)
+            if w is not None and self._running(w):
+                self._lost(w, f"did not arrive to form generation {gen}", None)  # publishes the rest
+        members = [m for m in self.members if self._alive(m)]
+        if self.gen == gen and members:
+            self.publish(members)  # nobody was declared lost here: try again with who is alive
 
     def _view_of(self, w: _Worker) -> NodeView:
         o = w.option
