@@ -75,3 +75,17 @@ def screenshot(driver, name: str, tmp_path: Path) -> Path:
     assert out.stat().st_size > 10_000
     print(f"screenshot: {out}")
     return out
+
+
+def headline_cells(driver, path: Path) -> dict:
+    """The plan report's headline as the browser shows it: ``{data-key: (raw value, shown text)}``,
+    plus the source and the evidence kind."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(path.resolve().as_uri())
+    cells = {td.get_attribute("data-key"): (td.get_attribute("data-value"), td.text)
+             for td in driver.find_elements(By.CSS_SELECTOR, "div.headline td[data-key]")}
+    box = driver.find_element(By.CSS_SELECTOR, "div.headline")
+    evidence = driver.find_element(By.CSS_SELECTOR, "div.headline p.evidence")
+    return {"cells": cells, "source": box.get_attribute("data-source"), "label": box.get_attribute("data-label"),
+            "evidence_kind": evidence.get_attribute("data-kind"), "evidence_text": evidence.text}

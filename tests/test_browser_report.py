@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from browser import check_rendered, open_browser, require_chromium, screenshot
+from browser import check_rendered, headline_cells, open_browser, require_chromium, screenshot
 from demo_once import quick_demo_result
 from report_synthetic import SYNTHETIC_SECTIONS, build_synthetic_report
 from spottrain.report.demo_report import SECTION_TITLES, build_demo_report
@@ -44,3 +44,27 @@ def test_demo_report_renders_in_chromium(driver, tmp_path):
     ok = [k for k in ("predict", "transience", "run") if result["stages"][k]["status"] == "ok"]
     check_rendered(driver, path, list(SECTION_TITLES.values()), min_images=len(ok))
     screenshot(driver, "report-demo.png", tmp_path)
+
+
+def test_plan_report_headline_matches_the_plan_json(driver):
+    """The plan report's headline, as Chromium shows it, carries the plan JSON's figures: the chosen
+    plan's simulated figures equal the chosen plan's, the analytical ones the planner's assessment of
+    the same cluster, each shown with the one formatting rule."""
+    from plan_report_case import expected_cells, refined_plan_with_report
+
+    data, report = refined_plan_with_report()
+    shown = headline_cells(driver, report)
+    hl = data["headline"]
+    assert shown["source"] == hl["source"] == "simulation"
+    assert shown["label"] == data["label"] == hl["label"]
+    assert shown["evidence_kind"] == hl["evidence"]["kind"]
+    assert shown["evidence_text"] == hl["evidence"]["headline"]
+    # the simulated column is the saved plan's prediction (the plan JSON's chosen figures)
+    assert hl["simulated"]["cost_usd"] == pytest.approx(data["chosen"]["cost_usd"])
+    assert hl["simulated"]["deadline_met_rate"] == pytest.approx(data["chosen"]["p_meet_deadline"])
+    want = expected_cells(data)
+    assert set(shown["cells"]) == set(want)
+    for key, (value, text) in want.items():
+        raw, seen = shown["cells"][key]
+        assert float(raw) == pytest.approx(value), key
+        assert seen == text, key
