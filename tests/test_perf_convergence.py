@@ -100,7 +100,7 @@ def test_single_worker_curve_uses_default_staleness():
 
     curve = [[s, 50.0 / (s + 20.0) + 0.2] for s in range(1, 2000, 20)]
     m = ConvergenceModel(batch_size=16, form="staleness").fit(curve)
-    assert m.coef_[3] == DEFAULT_STALENESS[0]
+    assert m.coef_.worker_growth == DEFAULT_STALENESS[0]
     assert m.steps_to_target(0.3, batch_size_global=16, workers=4) > m.steps_to_target(0.3, batch_size_global=16)
     with pytest.raises(InputError):
         ConvergenceModel(form="nope").fit(curve)
@@ -138,8 +138,8 @@ def test_later_phase_fits_its_own_worker_dependence():
     for s, v in zip(curves[8].steps, curves[8].losses):
         if s > 32020:
             assert m.loss_at(s, batch_size_global=128, workers=8) == pytest.approx(v, rel=0.03)
-    (_, first), (_, second) = m.phases_
-    assert second[5] > 0.05 and first[5] != second[5]
+    first, second = (ph.coef for ph in m.phases_)
+    assert second.floor_staleness > 0.05 and first.floor_staleness != second.floor_staleness
 
 
 def test_one_worker_curve_predicts_other_worker_counts_with_default_staleness():
@@ -149,8 +149,9 @@ def test_one_worker_curve_predicts_other_worker_counts_with_default_staleness():
     curves = curves_from_rows(load_accuracy_curves())
     m = ConvergenceModel(batch_size=128, lr_boundaries="auto", form="staleness").fit(
         [[s, v] for s, v in zip(curves[1].steps, curves[1].losses)])
-    (_, first), (_, second) = m.phases_
-    assert (first[3], first[5]) == DEFAULT_STALENESS and (second[3], second[5]) == DEFAULT_STALENESS_LATER
+    first, second = (ph.coef for ph in m.phases_)
+    assert (first.worker_growth, first.floor_staleness) == DEFAULT_STALENESS
+    assert (second.worker_growth, second.floor_staleness) == DEFAULT_STALENESS_LATER
     for n in (2, 4, 8):
         c = list(zip(curves[n].steps, curves[n].losses))
         meas = next(s0 + (l0 - 0.2) / (l0 - l1) * (s1 - s0) for (s0, l0), (s1, l1) in zip(c, c[1:]) if l0 > 0.2 >= l1)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -121,6 +122,32 @@ DEFAULT_STALENESS_LATER = (0.0, 0.09)
 fit, rounded): the curves sit near their floors, which rise with staleness (about 1 + 0.09 tau)."""
 
 
+class PhaseCoefficients(NamedTuple):
+    """The fitted coefficients of one phase's hyperbola (the module docstring's g1 ... g6, in that
+    order, so ``_f(X, *coef)`` reads the equation)."""
+
+    step_offset: float
+    """g1: steps added to the steps since the phase began (where the hyperbola starts)."""
+    batch_slope: float
+    """g2: the amplitude's growth per sample of batch (0 when the curves have one batch size)."""
+    amplitude: float
+    """g3: the amplitude at batch 0, before the worker factor."""
+    worker_growth: float
+    """g4: the worker dependence of the amplitude (spotDNN's sqrt((R + g4) N), or 1 + g4 tau)."""
+    floor: float
+    """g5: the loss the phase levels off at (one worker, no staleness)."""
+    floor_staleness: float
+    """g6: the floor's growth with staleness, 1 + g6 tau (staleness form; 0 otherwise)."""
+
+
+class Phase(NamedTuple):
+    """One learning-rate phase of a fitted model: where it begins and its hyperbola."""
+
+    start_step: float
+    """Global step at which the phase begins (0, or an LR boundary)."""
+    coef: PhaseCoefficients
+
+
 def _terms(R, N, g4, g6, form):
     """(amplitude factor, floor factor) of a cluster."""
     if form == "staleness":
@@ -147,7 +174,9 @@ class ConvergenceModel:
 
     Parameters: ``batch_size`` (of a plain curve), ``min_step`` (points before it are ignored),
     ``lr_boundaries`` (``None``, ``"auto"`` or global steps of LR drops), ``form`` (``"spotdnn"``
-    or ``"staleness"``, see the module docstring).
+    or ``"staleness"``, see the module docstring). Fitted: ``phases_`` (a :class:`Phase` per LR
+    phase), ``coef_`` (the first phase's :class:`PhaseCoefficients`), ``lr_boundaries_``,
+    ``residual_std_``.
     """
 
     def __init__(self, *, batch_size: float = 32.0, min_step: float = 1.0,
@@ -200,10 +229,10 @@ class ConvergenceModel:
                                      f"got {len(pts)}")
                 break  # too few points past this boundary: the curve ends in the previous phase
             coef = _fit_phase(np.array(pts, float), p > 0, self.form)
-            phases.append((lo, coef))
-        self.lr_boundaries_ = tuple(lo for lo, _ in phases[1:])
-        self.phases_ = tuple((lo, tuple(float(v) for v in c)) for lo, c in phases)
-        self.coef_ = self.phases_[0][1]
+            phases.append(Phase(start_step=lo, coef=coef))
+        self.phases_: tuple[Phase, ...] = tuple(phases)
+        self.lr_boundaries_ = tuple(ph.start_step for ph in self.phases_[1:])
+        self.coef_ = self.phases_[0].coef
         self.n_points_ = sum(len(c.steps) for c in cs)
         self.worker_counts_ = tuple(sorted({c.workers for c in cs}))
         self._curves_fitted = tuple(cs)
@@ -217,19 +246,21 @@ class ConvergenceModel:
         if not hasattr(self, "coef_"):
             raise NotFittedError("ConvergenceModel used before fit()")
 
-    def _phase(self, steps: float) -> tuple[float, tuple]:
-        lo, coef = self.phases_[0]
-        for start, c in self.phases_:
-            if steps >= start:
-                lo, coef = start, c
-        return lo, coef
+    def _phase(self, steps: float) -> Phase:
+        """The phase that holds global step ``steps`` (the first one for steps before it)."""
+        found = self.phases_[0]
+        for ph in self.phases_:
+            if steps >= ph.start_step:
+                found = ph
+        return found
 
     def loss_at(self, steps: float, *, batch_size_global: float, workers: int = 1, staleness: float | None = None) -> float:
         """Predicted loss after ``steps`` global steps."""
         self._check()
         R = homogeneous_R(workers) if staleness is None else staleness
-        lo, coef = self._phase(steps)
-        return float(_f(np.array([[steps - lo], [batch_size_global], [R], [workers]], float), *coef, form=self.form)[0])
+        ph = self._phase(steps)
+        X = np.array([[steps - ph.start_step], [batch_size_global], [R], [workers]], float)
+        return float(_f(X, *ph.coef, form=self.form)[0])
 
     def steps_to_target(self, target_loss: float, *, batch_size_global: float, workers: int = 1,
                         staleness: float | None = None) -> float:
@@ -239,14 +270,15 @@ class ConvergenceModel:
         """
         self._check()
         R = homogeneous_R(workers) if staleness is None else staleness
-        ends = [lo for lo, _ in self.phases_[1:]] + [math.inf]
-        for (lo, (g1, g2, g3, g4, g5, g6)), end in zip(self.phases_, ends):
-            a, fl = _terms(R, workers, g4, g6, self.form)
-            floor = g5 * float(fl)
+        ends = [ph.start_step for ph in self.phases_[1:]] + [math.inf]
+        for ph, end in zip(self.phases_, ends):
+            c = ph.coef
+            a, fl = _terms(R, workers, c.worker_growth, c.floor_staleness, self.form)
+            floor = c.floor * float(fl)
             if target_loss <= floor:
                 continue
-            amp = (g2 * batch_size_global + g3) * float(a)
-            j = lo + max(amp / (target_loss - floor) - g1, 0.0)
+            amp = (c.batch_slope * batch_size_global + c.amplitude) * float(a)
+            j = ph.start_step + max(amp / (target_loss - floor) - c.step_offset, 0.0)
             if j < end:
                 return j
         return math.inf
@@ -346,8 +378,8 @@ def held_out_log_errors(curves, params: dict) -> list[float]:
     return errs
 
 
-def _fit_phase(pts: np.ndarray, later: bool, form: str) -> np.ndarray:
-    """Fit one phase on rows (j, b_w, R, N, loss) -> (g1, g2, g3, g4, g5, g6).
+def _fit_phase(pts: np.ndarray, later: bool, form: str) -> PhaseCoefficients:
+    """Fit one phase on rows (j, b_w, R, N, loss) -> its coefficients (g1, g2, g3, g4, g5, g6).
 
     ``later``: the phase follows an LR drop (its default worker dependence is
     :data:`DEFAULT_STALENESS_LATER`, used when its rows hold one worker count).
@@ -383,13 +415,10 @@ def _fit_phase(pts: np.ndarray, later: bool, form: str) -> np.ndarray:
             popt, _ = curve_fit(model, X, y, p0=p0, bounds=(lower, upper), maxfev=20000, sigma=np.maximum(y, 1e-9))
     except RuntimeError as exc:
         raise InputError(f"the loss curve could not be fitted: {exc}") from None
-    if fix_g2:
-        popt[1] = 0.0
-    if fix_g4:
-        popt[3] = g4_value
-    if fix_g6:
-        popt[5] = g6_value
-    return popt
+    fitted = PhaseCoefficients(*(float(v) for v in popt))
+    return fitted._replace(batch_slope=0.0 if fix_g2 else fitted.batch_slope,
+                           worker_growth=g4_value if fix_g4 else fitted.worker_growth,
+                           floor_staleness=g6_value if fix_g6 else fitted.floor_staleness)
 
 
 def detect_lr_boundaries(curves: list[LossCurve], *, min_drop: float = 0.25) -> tuple[float, ...]:

@@ -113,7 +113,7 @@ class TargetLoss:
         if self.batch_model is not None:
             best = min(min(c.losses) for c in self.batch_model.curves_)
             return f"no run in the curves reaches {self.target_loss:g} (the lowest they reach is {best:.4g}); give a higher target"
-        floors = [coef[4] for _, coef in getattr(self.model, "phases_", ())]
+        floors = [ph.coef.floor for ph in getattr(self.model, "phases_", ())]
         lowest = f" (the fitted curve levels off at {min(floors):.4g})" if floors else ""
         return f"the loss curve never reaches {self.target_loss:g}{lowest}; give a higher target"
 
