@@ -221,8 +221,8 @@ def _plan_key(plan: Plan) -> tuple:
 
 
 # ---------------------------------------------------------------- speed
-def fast(cls: type, **fields: Any) -> Any:
-    """Build a frozen dataclass instance without its __init__.
+def frozen_without_init(cls: type, **fields: Any) -> Any:
+    """Build a frozen dataclass instance without running its __init__.
 
     The generated __init__ of a frozen dataclass sets every field through object.__setattr__;
     filling the instance dict directly gives an identical (equal, hashable, immutable to user

@@ -45,6 +45,7 @@ import numpy as np
 
 from spottrain.policies import Decision, JobState, NodeOption, NodeView
 from spottrain.sim import _deps, markets
+from spottrain.sim._deps import frozen_without_init
 from spottrain.sim.core import Environment, Interrupt
 from spottrain.sim.markets import NodeType
 from spottrain.sim.setup import RunResult, SimSetup
@@ -416,8 +417,9 @@ class JobRun:
     def _view(self, node: _Node) -> NodeView:
         if node.view is None:
             t = node.type
-            node.view = _fast(NodeView, node_id=node.id, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot,
-                              zone=t.zone, price_usd_per_hour=self._price_of(t), throughput=0.0)
+            node.view = frozen_without_init(NodeView, node_id=node.id, instance_type=t.instance_type, gpu=t.gpu,
+                                            spot=t.spot, zone=t.zone, price_usd_per_hour=self._price_of(t),
+                                            throughput=0.0)
         return node.view
 
     def _node_views(self) -> tuple[NodeView, ...]:
@@ -425,8 +427,9 @@ class JobRun:
             w = sum(n.type.weight for n in self.live.values()) or 1.0
             r = self.rate / w
             self._views = tuple(
-                _fast(NodeView, node_id=n.id, instance_type=n.type.instance_type, gpu=n.type.gpu, spot=n.type.spot,
-                      zone=n.type.zone, price_usd_per_hour=self._price_of(n.type), throughput=r * n.type.weight)
+                frozen_without_init(NodeView, node_id=n.id, instance_type=n.type.instance_type, gpu=n.type.gpu,
+                                    spot=n.type.spot, zone=n.type.zone, price_usd_per_hour=self._price_of(n.type),
+                                    throughput=r * n.type.weight)
                 for n in self.live.values()
             )
         return self._views
@@ -441,7 +444,7 @@ class JobRun:
             i = next((k for k, v in enumerate(planned) if v.instance_type == extra_view.instance_type
                       and v.spot == extra_view.spot), 0)
             planned = planned[:i] + (extra_view,) + planned[i + 1:]
-        state = _fast(
+        state = frozen_without_init(
             JobState, now_s=self.env.now, event=event, subject=subject, nodes=nodes, planned=planned,
             pending=len(self.pending), samples_done=self.progress, samples_total=s.total,
             deadline_s=s.plan.deadline_s, restart_overhead_s=s.restart_s + s.checkpoint_cost_s,
@@ -561,6 +564,3 @@ _NOTHING = Decision()
 _LIVE_EVENTS = frozenset({"revoked", "price_change", "tick"})
 """Events at which policies that buy other types see live options (they buy on these; at a notice
 or a join they see the plan's options, which keeps the frequent events cheap)."""
-
-
-_fast = _deps.fast

@@ -244,9 +244,10 @@ class LiveOptions:
         """Every type's option for the membership ``base``, at its current price and availability."""
         out = []
         for t, gain in zip(self.types, self.gains_for(base)):
-            out.append(_deps.fast(NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
-                                  price_usd_per_hour=price_of(t), throughput=gain * self.stall_factor,
-                                  delay_s=self.delay_s[id(t)], p_available=p_now(t) if t.spot else 1.0))
+            out.append(_deps.frozen_without_init(
+                NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
+                price_usd_per_hour=price_of(t), throughput=gain * self.stall_factor,
+                delay_s=self.delay_s[id(t)], p_available=p_now(t) if t.spot else 1.0))
         return tuple(out)
 
 
