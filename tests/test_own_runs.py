@@ -149,6 +149,8 @@ def test_what_a_local_job_records_as_its_setup(tmp_path, monkeypatch):
     assert (setup.model, setup.global_batch_size, setup.gpu, setup.flops_per_sample) == ("train", 128, "cpu", None)
     ex = local_setup(job, example="mlp")
     assert ex.model == "example-mlp" and ex.global_batch_size == 128 and ex.param_count > 0
+    job.env["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = "lots"
+    assert local_setup(job) is None  # a malformed setting costs the rows, not the run
 
 
 # --------------------------------------------------------------------------- predict --from-store

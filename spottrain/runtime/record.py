@@ -169,6 +169,16 @@ def measurement_rows(worker_events: list[dict[str, Any]], setup: RunSetup) -> li
 
 
 def local_setup(job: Any, *, example: str | None = None, plan: Any = None) -> RunSetup | None:
+    """The :class:`RunSetup` of a local job, or ``None`` (see :func:`_local_setup`); never raises:
+    a run that trained is not failed by its record."""
+    try:
+        return _local_setup(job, example=example, plan=plan)
+    except Exception as exc:  # noqa: BLE001 - e.g. a malformed SPOTTRAIN_* variable
+        log.warning("no measurement rows for this run: %s", exc)
+        return None
+
+
+def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None:
     """The :class:`RunSetup` of a local job (``LocalJob``), or ``None`` when its samples per step
     are unknown (a custom command whose batch is set in its own code, not by ``--global-batch``).
 
