@@ -11,8 +11,8 @@ and returns them as :class:`~spottrain.perf.measurements.Measurement` rows, near
 
 Rows of another model, or measured on a device the performance model cannot price (the CPU
 of a local test run), are not returned. A stored row that does not validate (a batch of 0, an
-all-reduce longer than its step, an unknown GPU ...) is skipped with a note naming its id and
-column, never raised. Nothing here creates or upgrades a store: a missing store is no rows.
+all-reduce longer than its step, a cluster the model does not know ...) is skipped with a note
+naming its id and column, never raised. Nothing here creates or upgrades a store: a missing store is no rows.
 
 >>> runs = own_rows("resnet50", cluster="4xV100", store_path="/nonexistent/spottrain.db")
 >>> runs.rows, runs.exists
@@ -45,7 +45,8 @@ class OwnRuns:
     exists: bool
     """Whether there is a store file at ``store_path``."""
     rows: list[Measurement] = field(default_factory=list)
-    """Usable rows, nearest first; ``extra`` holds ``run_id``, ``relation``, ``sync_time_s``, ``measured_at``."""
+    """Usable rows, nearest first, with their measured ``step_time_s`` / ``sync_time_s``; ``extra``
+    holds ``run_id``, ``measured_at``, ``relation`` and ``source`` (``own-runs/<run id>``)."""
     skipped: list[str] = field(default_factory=list)
     """One line per stored row (or store) that could not be used, and why."""
     other_devices: int = 0
