@@ -42,13 +42,17 @@ def catalog(
 
     Example: spottrain catalog --gpu V100 --spot --sort flopp
     """
-    if limit < 0:
-        raise InputError(f"expected a count >= 0, got {limit}", column="--limit")
-    if sort not in ("price", "flopp"):
-        raise UnknownNameError("sort key", sort, ("price", "flopp"))
-    if cloud is not None and cloud.lower() not in CLOUDS:
-        raise UnknownNameError("cloud", cloud, CLOUDS)
+    from spottrain.cli import options
+
+    options.count(limit, "--limit", low=0, high=1_000_000)
+    sort = options.choice(sort, "--sort", ("price", "flopp"), kind="sort key")
+    cloud = options.choice(options.name(cloud, "--cloud"), "--cloud", CLOUDS, kind="cloud")
+    gpu = options.gpu(gpu, "--gpu")
+    region = options.name(region, "--region")
+    options.input_file(catalog_file, "--catalog")
     cat = load_catalog(catalog_file)
+    if region is not None and region not in {o.region for o in cat.offers}:
+        raise UnknownNameError("region", region, {o.region for o in cat.offers})
     offers = sort_offers(cat.query(cloud=cloud, gpu=gpu, region=region, spot=spot), by=sort, spot=spot)
     total = len(offers)
     if limit:

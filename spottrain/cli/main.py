@@ -86,16 +86,37 @@ def main(argv: list[str] | None = None) -> None:
     # into 80 columns and cut every cell. Give it room unless the user chose a width.
     if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
         os.environ["COLUMNS"] = "200"
+    # typer 0.29 vendors click: its exceptions live in typer._click.
+    from typer import Abort, TyperException
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
     try:
-        # Typer handles its own usage errors (exit code 2) and --help in standalone mode;
-        # our errors propagate here and are printed on one line.
-        app(args=argv, prog_name="spottrain")
+        # Not standalone: click's usage errors (unknown option, a value of the wrong type) reach
+        # us and print in one line like ours, instead of typer's multi-line box.
+        rv = app(args=argv, prog_name="spottrain", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+        sys.exit(2)
+    except UsageError as exc:
+        from spottrain.cli.options import usage_line
+
+        err_console.print(f"[bold red]error:[/] {usage_line(exc)}", highlight=False, soft_wrap=True, markup=True)
+        sys.exit(2)
+    except TyperException as exc:
+        err_console.print(f"[bold red]error:[/] {' '.join(exc.format_message().split())}", highlight=False,
+                          soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except Abort:
+        err_console.print("aborted")
+        sys.exit(1)
     except SpottrainError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    if isinstance(rv, int) and not isinstance(rv, bool) and rv:  # typer.Exit(code) in non-standalone mode
+        sys.exit(rv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,226 @@
+"""Ranges, units and names of command-line flags, checked before a command does any work.
+
+Every command calls these at its top, so a flag outside its range is refused in one line that
+names the flag and the allowed range (``--workers: expected a whole number from 1 to 8 (this
+machine's CPUs x 4), got 100000``), before a file is read or a process started. Upper bounds
+exist where a value would exhaust the machine (processes, memory) or exceed any cloud's quota.
+
+>>> number(4, "--workers", low=1, high=8, integer=True)
+4
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from spottrain.errors import InputError, UnknownNameError
+
+MAX_NODES = 10_000
+"""More nodes than any cloud grants one account in GPU quota (thousands at most)."""
+MAX_GPUS_PER_NODE = 16
+MAX_BATCH = 10_000_000
+"""Per-GPU batch size: beyond any model's memory."""
+MAX_RUNS = 1_000_000
+"""Monte Carlo runs per policy: a million is minutes of work; more is a typo."""
+MAX_NETWORK_GBPS = 10_000.0
+"""Per-node network: 3.2 Tbps (p5.48xlarge) is the largest offered today."""
+MAX_SEED = 2**32 - 1
+"""numpy's seed range."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:+/@=,\-]*$")
+
+
+def max_processes() -> int:
+    """The most worker processes a command may start: 4 per CPU of this machine (more only
+    time-slice), and never more than the user's process limit leaves free."""
+    cpus = os.cpu_count() or 1
+    limit = 4 * cpus
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+        if soft != resource.RLIM_INFINITY:
+            limit = min(limit, max(1, soft // 4))
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux
+        pass
+    return max(1, limit)
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this machine can give a command now (MemAvailable), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _range_text(integer: bool, low: float | None, low_open: bool, high: float | None, why: str) -> str:
+    kind = "a whole number" if integer else "a number"
+    if low is not None and high is not None and not low_open:
+        text = f"{kind} from {low:g} to {high:g}"
+    else:
+        parts = []
+        if low is not None:
+            parts.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            parts.append(f"<= {high:g}")
+        text = kind + (" " + " and ".join(parts) if parts else " (finite)")
+    return text + (f" ({why})" if why else "")
+
+
+def number(value: float | int | None, flag: str, *, low: float | None = None, low_open: bool = False,
+           high: float | None = None, integer: bool = False, why: str = "", unit: str = "") -> float | int | None:
+    """``value`` if it is finite and in range (None passes: the flag was not given); else an
+    :class:`InputError` naming ``flag``, the range and the value."""
+    if value is None:
+        return None
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+    if not bad:
+        bad = ((low is not None and (value <= low if low_open else value < low))
+               or (high is not None and value > high) or (integer and value != int(value)))
+    if bad:
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        raise InputError(f"expected {_range_text(integer, low, low_open, high, why)}{unit}, got {shown}", column=flag)
+    return value
+
+
+def count(value: int | None, flag: str, *, low: int = 1, high: int | None = None, why: str = "") -> int | None:
+    """A whole number in ``[low, high]``."""
+    return number(value, flag, low=low, high=high, integer=True, why=why)  # type: ignore[return-value]
+
+
+def positive(value: float | None, flag: str, *, high: float | None = None, why: str = "", unit: str = "") -> float | None:
+    """A finite number > 0 (and <= ``high``)."""
+    return number(value, flag, low=0, low_open=True, high=high, why=why, unit=unit)
+
+
+def processes(value: int | None, flag: str = "--workers") -> int | None:
+    """A number of worker processes: 1 to :func:`max_processes`."""
+    top = max_processes()
+    return count(value, flag, low=1, high=top, why=f"{os.cpu_count() or 1} CPUs here, at most 4 processes each")
+
+
+def fraction(value: float | None, flag: str, *, closed_high: bool = True, low_open: bool = False) -> float | None:
+    """A number in [0, 1] (or (0, 1) / [0, 1) as asked)."""
+    if value is not None and not closed_high and value == 1:
+        raise InputError("expected a number below 1, got 1", column=flag)
+    return number(value, flag, low=0, low_open=low_open, high=1)
+
+
+def name(value: str | None, flag: str, *, max_length: int = 200) -> str | None:
+    """A name typed on the command line: printable, no control characters or stray symbols.
+
+    Lookups elsewhere normalise spelling (case, dashes); this refuses what is not a name at
+    all, so ``--gpu 'V100 x!'`` is not read as V100.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        raise InputError("expected a name, got an empty value", column=flag)
+    if len(text) > max_length:
+        raise InputError(f"expected a name of at most {max_length} characters, got {len(text)}", column=flag)
+    if not _NAME.match(text):
+        bad = next((ch for ch in text if not (ch.isascii() and (ch.isalnum() or ch in " ._:+/@=,-"))), text[0])
+        raise InputError(f"expected a name of letters, digits and . _ - : + /, got {value!r} "
+                         f"(character {bad!r})", column=flag)
+    return text
+
+
+def choice(value: str | None, flag: str, known: Sequence[str], *, kind: str | None = None) -> str | None:
+    """``value`` if it is one of ``known`` exactly (case-insensitive); else the near misses."""
+    if value is None:
+        return None
+    by_lower = {k.lower(): k for k in known}
+    hit = by_lower.get(value.strip().lower())
+    if hit is None:
+        raise InputError(str(UnknownNameError(kind or "value", value, known)), column=flag)
+    return hit
+
+
+def gpu(value: str | None, flag: str = "--gpu") -> str | None:
+    """A GPU name: a clean name (:func:`name`) that the GPU registry knows (aliases accepted)."""
+    if value is None:
+        return None
+    text = name(value, flag)
+    try:
+        from spottrain.catalog.gpus import canonical_gpu
+
+        canonical = canonical_gpu(text)
+    except UnknownNameError as exc:
+        raise InputError(str(exc), column=flag) from None
+    return canonical
+
+
+def names_list(value: str | None, flag: str, *, known: Iterable[str] | None = None) -> list[str] | None:
+    """A comma-separated list of names (``--clouds aws,gcp``), each checked."""
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")]
+    if not any(items) or any(not v for v in items):
+        raise InputError(f"expected comma-separated names, got {value!r}", column=flag)
+    known_list = list(known) if known is not None else None
+    return [choice(name(v, flag), flag, known_list) if known_list is not None else name(v, flag) for v in items]
+
+
+def exclusive(flags: dict[str, object], *, at_most: int = 1) -> None:
+    """Refuse contradictory flags given together: ``flags`` maps flag -> value (None/False: not given)."""
+    given = [f for f, v in flags.items() if v is not None and v is not False]
+    if len(given) > at_most:
+        raise InputError(f"{' and '.join(given)} contradict each other; give one of them", column=given[0])
+
+
+def output(path: Path | None, flag: str, *, force: bool = False, suffixes: Sequence[str] | None = None) -> Path | None:
+    """An output file checked before the work: not a directory, a writable place, not existing
+    without ``--force``. Creates nothing."""
+    if path is None:
+        return None
+    from spottrain.files import check_output
+
+    return check_output(path, option=flag, force=force, suffixes=suffixes)
+
+
+def input_file(path: Path | None, flag: str) -> Path | None:
+    """An input file that exists and is a regular file (its content is checked by its reader)."""
+    if path is None:
+        return None
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError("no such file", file=str(path), column=flag) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", file=str(path), column=flag) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError("is a directory; expected a file", file=str(path), column=flag)
+    return path
+
+
+def estimate(what: str, needed: float, available: float | None, flag: str, *, unit: str = "GiB",
+             hint: str = "") -> None:
+    """Refuse work whose estimated need (``needed``, in ``unit``) exceeds what is ``available``."""
+    if available is not None and needed > available:
+        raise InputError(f"{what} needs about {needed:,.1f} {unit}, more than the {available:,.1f} {unit} available"
+                         + (f"; {hint}" if hint else ""), column=flag)
+
+
+def usage_line(exc) -> str:
+    """One line for a click usage error: what was wrong and where to look."""
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else "spottrain"
+    message = " ".join(str(exc.format_message()).split())
+    param = getattr(exc, "param", None)
+    if param is not None and getattr(param, "opts", None) and param.opts[0] not in message:
+        message = f"{param.opts[0]}: {message}"
+    from rich.markup import escape
+
+    return escape(f"{message} (see `{path} --help`)")
