@@ -62,12 +62,25 @@ def predict(
       spottrain predict --model resnet50 --batch-size 64 --cluster 4xV100 --ps 1 --sync async
       spottrain predict --measurements M.csv --queries Q.csv --out P.csv
     """
+    from spottrain.cli import options
     from spottrain.perf import Workload, predict_throughput, read_measurements, write_measurements
     from spottrain.perf.throughput import ExtrapolationWarning
 
+    options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
+    options.count(ps, "--ps", low=0, high=1000)
+    options.positive(network_gbps, "--network-gbps", high=options.MAX_NETWORK_GBPS)
+    sync = options.choice(sync, "--sync", ("sync", "async"))
+    precision = options.choice(precision, "--precision", ("fp32", "fp16"))
+    options.name(model, "--model")
+    options.name(cluster, "--cluster")
+    options.exclusive({"--profile": profile, "--model": model})
+    options.exclusive({"--queries": queries, "--cluster": cluster})
+    for flag, path in (("--measurements", measurements), ("--queries", queries), ("--profile", profile)):
+        options.input_file(path, flag)
+    if out is not None and queries is None:
+        raise InputError("--out writes the predictions of --queries; give --queries", column="--out")
+    options.output(out, "--out", force=force)
     if queries is not None:
-        if out is not None and out.exists() and not force:
-            raise InputError("exists; pass --force to overwrite", file=str(out), column="--out")
         qrows = read_measurements(queries, query=True)
         from spottrain.perf.own_runs import cli_own_runs
 
@@ -94,13 +107,12 @@ def predict(
     if precision not in ("fp32", "fp16"):
         raise InputError(f"expected fp32 or fp16, got {precision!r}", column="--precision")
     if profile is not None:
-        if not profile.is_file():
-            raise InputError("file not found", file=str(profile))
-        try:
-            data = json.loads(profile.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", file=str(profile), line=exc.lineno) from None
-        workload = Workload.from_profile(data, batch_size)
+        from spottrain.profiler.schema import Profile
+
+        Profile.load(profile)  # the file reader and the profile schema: one-line errors
+        from spottrain.files import read_json
+
+        workload = Workload.from_profile(read_json(profile, what="profile file"), batch_size)
     else:
         workload = Workload.from_zoo(model, batch_size, precision=precision)
     from spottrain.perf.own_runs import cli_own_runs
@@ -159,12 +171,12 @@ def validate(
 
     groupers = {"model": lambda m: m.model, "gpu": lambda m: "+".join(sorted({g.gpu for g in m.cluster.groups})),
                 "cluster": lambda m: str(m.cluster), "ps": lambda m: f"ps={m.ps}", "sync": lambda m: m.sync}
-    if group_by not in groupers:
-        raise InputError(f"expected one of {', '.join(groupers)}, got {group_by!r}", column="--group-by")
-    if folds < 2:
-        raise InputError(f"expected at least 2 folds, got {folds}", column="--folds")
-    if prior not in ("shipped", "physics"):
-        raise InputError(f"expected 'shipped' or 'physics', got {prior!r}", column="--prior")
+    from spottrain.cli import options
+
+    group_by = options.choice(group_by, "--group-by", tuple(groupers), kind="grouping")
+    options.count(folds, "--folds", low=2, high=100)
+    prior = options.choice(prior, "--prior", ("shipped", "physics"), kind="prior")
+    options.input_file(measurements, "--measurements")
     rows = read_measurements(measurements)
     if len(rows) < folds:
         raise InputError(f"{len(rows)} rows cannot be split into {folds} folds; lower --folds", column="--folds")
