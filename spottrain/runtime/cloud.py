@@ -211,6 +211,7 @@ class LocalProvider:
             if node_id in self.nodes:
                 raise ValueError(f"node id {node_id} is already in use")
             full_env = {**self.base_env, **env, ENV_WORKER_ID: node_id, "PYTHONUNBUFFERED": "1",
+                        "SPOTTRAIN_RUN_DIR": str(self.run_dir),
                         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")}
             argv = [*(self.host_command(node_id) if self.host_command else ()), *self.command]
             log = open(self.run_dir / f"worker-{node_id}.log", "ab")

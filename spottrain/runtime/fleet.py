@@ -33,6 +33,7 @@ from typing import Any
 
 from spottrain.policies import Decision, JobState, NodeOption, NodeView, get_policy
 from spottrain.runtime.cloud import ENV_RDZV, LOST, RUNNING, STARTING, SUCCEEDED, NodeGroup, Provider, parse_address
+from spottrain.runtime.liveness import DEFAULT_DEADLINE_S, ENV_LIVENESS, LivenessServer
 
 
 @dataclass(kw_only=True)
@@ -53,6 +54,11 @@ class FleetJob:
     """``host:port`` the store listens on (port 0: any free port)."""
     advertise: str | None = None
     """``host:port`` the nodes use to reach the store (default: ``store_bind``'s host and the port bound)."""
+    liveness_port: int | None = None
+    """Port of the heartbeat server (:mod:`spottrain.runtime.liveness`), on the advertised host;
+    default: the store's port + 1 when that is fixed, else any free port."""
+    liveness_timeout_s: float = DEFAULT_DEADLINE_S
+    """A joined worker silent this long (a VM gone without a word, a SIGSTOP) is declared lost."""
     tick_s: float = 300.0
     """Period of the policy's ``tick`` events (the simulator's default is 5 minutes)."""
     replacement_delay_s: float = 180.0
@@ -117,6 +123,7 @@ class FleetController:
         self.finished = False
         self.failed: str | None = None
         self.held_release: list[str] = []
+        self.held_after: tuple[int, list[str]] | None = None
         self._rate: list[tuple[float, int]] = []
         self._next_tick = job.tick_s
         self._counter: dict[str, int] = {}
@@ -141,17 +148,21 @@ class FleetController:
             self.nodes[node_id] = _Node(node_id=node_id, group=group, slot=slot)
             if slot is not None:
                 self.slots[slot] = node_id
-        env = {**self.job.env, ENV_RDZV: self.address, "SPOTTRAIN_JOB_ID": self.job.job_id}
+        env = {**self.job.env, ENV_RDZV: self.address, ENV_LIVENESS: self.liveness_address,
+               "SPOTTRAIN_JOB_ID": self.job.job_id}
         self.provider.launch(group, ids, env)
         self.record("launch", group=group.name, market=group.label, nodes=ids)
         return ids
 
-    def publish(self, members: list[str]) -> None:
+    def publish(self, members: list[str], *, abort: bool = False) -> None:
         self.gen += 1
         self.members = members
         self.store.set(f"gen/{self.gen}/members", json.dumps(members))
         self.store.set("gen", json.dumps(self.gen))
         self._set_ctl()
+        # pushed down the heartbeat connections too; ``abort``: a member was lost, and survivors
+        # hung in a collective with it give up the collective at once
+        self.liveness.broadcast({"gen": self.gen, "abort": abort})
         self.record("membership", gen=self.gen, members=list(members), world=len(members))
 
     def _set_ctl(self) -> None:
@@ -260,22 +271,29 @@ class FleetController:
         return (free + [None] * n)[:n]
 
     def release(self, ids: list[str]) -> None:
-        ids = [i for i in ids if i in self.nodes and not self.nodes[i].gone]
+        """Members leave gracefully (the heartbeat's ``release``: at the next step boundary, the
+        others keep the state) and their nodes are terminated once they have left; a node not
+        reachable that way leaves the membership and is terminated at once."""
+        ids = [i for i in ids if i in self.nodes and not self.nodes[i].gone and not self.nodes[i].released]
         if not ids:
             return
         keep = [m for m in self.members if m not in ids and not self.nodes[m].gone]
-        if not keep:
-            # Nobody would hold the state: release once a requested node has joined.
+        if not keep and self.formed:
+            # Nobody would hold the state: release once a requested node has joined and trained.
             self.held_release = sorted(set(self.held_release) | set(ids))
             self.record("release_held", nodes=ids, reason="no member would remain; waiting for a requested node")
             return
+        now_gone = []
         for i in ids:
             self.nodes[i].released = True
-        if self.formed and keep != self.members:
-            self.publish(keep)
-        for i in ids:
+            if not (self.formed and i in self.members and self.liveness.send(i, {"release": True, "checkpoint": False})):
+                now_gone.append(i)
+        if now_gone and self.formed and any(m in now_gone for m in self.members):
+            self.publish([m for m in self.members if m not in now_gone and not self.nodes[m].gone])
+        for i in now_gone:
+            self.nodes[i].gone = True
             self.provider.terminate(i)
-        self.record("release", nodes=ids)
+        self.record("release", nodes=ids, graceful=[i for i in ids if i not in now_gone])
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> FleetResult:
@@ -285,12 +303,16 @@ class FleetController:
         self.store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
         adv = self.job.advertise
         self.address = adv if adv else f"{host}:{self.store.port}"
+        lport = self.job.liveness_port if self.job.liveness_port is not None else (port + 1 if port else 0)
+        self.liveness = LivenessServer(host=host, port=lport)
+        self.liveness_address = f"{self.address.rsplit(':', 1)[0]}:{self.liveness.port}"
         self.t0 = time.monotonic()
         self.record("start", policy=self.job.policy, address=self.address,
                     groups=[f"{g.count}x {g.label}" for g in self.job.groups])
         try:
             if self.job.before_launch is not None:
                 self.job.before_launch(self.address)
+                self.job.before_launch(self.liveness_address)
             for g in self.job.groups:
                 if g.count > 0:
                     first = len(self.slots)
@@ -300,6 +322,7 @@ class FleetController:
                 time.sleep(self.job.poll_s)
         finally:
             self.provider.shutdown()
+            self.liveness.close()
             self.record("stop", failed=self.failed)
         return FleetResult(ok=self.finished and self.failed is None, steps_done=self.progress(), events=self.events,
                            decisions=self.decisions, failure=self.failed)
@@ -323,17 +346,23 @@ class FleetController:
             self.finish_by = now + self.job.finish_grace_s
             self.record("finished", node=None, steps=self.progress())
         for node in list(self.nodes.values()):
-            if node.gone or node.released:
+            if node.gone:
                 continue
-            if not node.ready and self._key(f"ready/{node.node_id}") is not None:
+            if not node.released and not node.ready and self._key(f"ready/{node.node_id}") is not None:
                 node.ready = True
                 self._joined(node)
-            if node.ready and not node.notice_handled and self._key(f"notice/{node.node_id}") is not None:
+            if (node.ready and not node.released and not node.notice_handled
+                    and self._key(f"notice/{node.node_id}") is not None):
                 node.notice_handled = True
                 self.record("notice", node=node.node_id)
                 self.decide("notice", node.node_id)
             if node.ready and self._key(f"left/{node.node_id}") is not None:
                 self._lost(node, "left")
+            elif node.ready and not self.finished:
+                self._check_liveness(node)
+        if self.held_after is not None and self.progress() >= self.held_after[0]:
+            held, self.held_after = self.held_after[1], None
+            self.release(held)
         if self.finished:
             running = [n.node_id for n in self.nodes.values() if not n.gone and n.state in (RUNNING, STARTING) and n.ready]
             if running and now > self.finish_by:
@@ -369,33 +398,46 @@ class FleetController:
 
     def _joined(self, node: _Node) -> None:
         self.record("ready", node=node.node_id, group=node.group.name)
-        if not self.formed:
+        if not self.formed or self.finished:
             return
-        members = [m for m in self.members if not self.nodes[m].gone and not self.nodes[m].released]
-        held = [h for h in self.held_release if h in members]
-        self.held_release = []
-        members = [m for m in members if m not in held] + [node.node_id]
+        members = [m for m in self.members if not self.nodes[m].gone and not self.nodes[m].released] + [node.node_id]
         self.record("joined", node=node.node_id)
         self.publish(members)
-        for h in held:
-            self.nodes[h].released = True
-            self.provider.terminate(h)
-        if held:
-            self.record("release", nodes=held)
+        if self.held_release:
+            # Released members stay for two more steps, so the one that joined gets the state
+            # from them (a peer) instead of from the last checkpoint; then they go.
+            self.held_after = (self.progress() + 2, self.held_release)
+            self.held_release = []
         self.decide("joined", node.node_id)
+
+    def _check_liveness(self, node: _Node) -> None:
+        st = self.liveness.status(node.node_id)
+        if st is None:
+            return  # not connected yet (the provider's state covers a node that never starts)
+        state, silent = st
+        if state == "closed":
+            self._lost(node, "disconnected")
+        elif state == "open" and silent > self.job.liveness_timeout_s:
+            self._lost(node, f"silent {silent:.1f}s")
 
     def _lost(self, node: _Node, how: str) -> None:
         node.gone = True
         if self.finished:
             return
-        self.record("lost", node=node.node_id, how=how, was_member=node.node_id in self.members)
+        self.record("lost", node=node.node_id, how=how, was_member=node.node_id in self.members,
+                    released=node.released)
+        if how not in ("left", "lost", "released"):
+            # declared lost by liveness: fence it (it exits if it still runs) and give the machine back
+            self.liveness.fence(node.node_id, how)
+            self.provider.terminate(node.node_id)
         if node.node_id in self.held_release:
             self.held_release.remove(node.node_id)
-        if node.released:
-            return
         if node.node_id in self.members:
-            survivors = [m for m in self.members if not self.nodes[m].gone and not self.nodes[m].released]
+            survivors = [m for m in self.members if not self.nodes[m].gone]
             if survivors:
-                self.publish(survivors)
+                self.publish(survivors, abort=how != "left")
+        if node.released:
+            self.provider.terminate(node.node_id)  # it left as asked: give the machine back
+            return
         if self.formed or node.slot is not None:
             self.decide("revoked", node.node_id)
