@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.plan import Plan
+from spottrain.sim import vector
 from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams, SimSetup
 from spottrain.sim.montecarlo import make_source, run_seed
@@ -75,10 +76,6 @@ class Hindsight:
     candidates: int
 
 
-def plan_label(plan: Plan) -> str:
-    return plan.label
-
-
 def setup_for(plan: Plan, trace: str | None, params: SimParams | None = None) -> SimSetup:
     """A simulation set-up of ``plan`` with its own policy: trace replay when it has spot nodes."""
     params = params or SimParams()
@@ -92,10 +89,10 @@ def setup_for(plan: Plan, trace: str | None, params: SimParams | None = None) ->
 _FORKED: list[SimSetup] = []
 
 
-def _run_one(args: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    k, seed, runs = args
+def _run_one(args: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    k, seed, runs, first = args
     setup = _FORKED[k]
-    rs = [run_setup(setup, run_seed(seed, i)) for i in range(runs)]
+    rs = [run_setup(setup, run_seed(seed, i)) for i in range(first, first + runs)]
     return (np.array([r.cost_usd for r in rs]), np.array([bool(r.deadline_met) for r in rs]),
             np.array([r.makespan_s if r.finished else INF for r in rs]), np.array([r.revocations for r in rs]))
 
@@ -104,13 +101,19 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
                    source_for: Callable[[Plan], tuple[Any, str]] | None = None, runs: int = 200,
                    seed: int = 0, params: SimParams | None = None, workers: int | None = None,
                    labels: Sequence[str] | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> list[PlanOutcome]:
+                   progress: Callable[[int, int], None] | None = None, engine: str = "auto",
+                   first_run: int = 0) -> list[PlanOutcome]:
     """Simulate every plan on the same ``runs`` seeds, each under its own policy.
 
     The revocations of a plan's spot nodes come from ``trace_for(plan)`` (the name of a trace to
     replay; None: lifetimes sampled from the fitted model) or from ``source_for(plan)`` (a
     prepared revocation source and its description, e.g. a pool of traces). Plans without spot
-    nodes are never revoked. ``progress(done, total)`` is called as plans finish."""
+    nodes are never revoked. ``progress(done, total)`` is called as plans finish.
+
+    Plans the array engine covers (:func:`spottrain.sim.vector.unsupported`) run there, all runs
+    at once, unless ``engine="event"``; the others run on the event engine. ``first_run``: the
+    index of the first run (runs ``first_run .. first_run + runs - 1`` of the seed sequence, so
+    that a later batch extends an earlier one)."""
     if (trace_for is None) == (source_for is None):
         raise ValueError("give exactly one of trace_for and source_for")
     setups, sources = [], []
@@ -127,28 +130,36 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
             trace = trace_for(p)
             setups.append(setup_for(p, trace, params))
             sources.append(trace if trace else "fitted lifetime model")
+    seeds = [run_seed(seed, i) for i in range(first_run, first_run + runs)]
+    done: dict[int, tuple] = {}
+    for k, st in enumerate(setups):
+        if engine != "event" and vector.unsupported(st) is None:
+            v = vector.run_vector(st, seeds)
+            done[k] = (v.cost_usd, v.deadline_met if v.deadline_met is not None else np.zeros(runs, dtype=bool),
+                       np.where(v.finished, v.makespan_s, INF), v.revocations)
+            if progress is not None:
+                progress(len(done), len(setups))
+    jobs = [(k, seed, runs, first_run) for k in range(len(setups)) if k not in done]
     workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
-    jobs = [(k, seed, runs) for k in range(len(setups))]
     _FORKED[:] = setups
     try:
         if workers > 1 and len(jobs) > 1:
             import multiprocessing as mp
 
             with mp.get_context("fork").Pool(workers) as pool:
-                out = []
-                for res in pool.imap(_run_one, jobs, chunksize=1):
-                    out.append(res)
+                for j, res in zip(jobs, pool.imap(_run_one, jobs, chunksize=1)):
+                    done[j[0]] = res
                     if progress is not None:
-                        progress(len(out), len(jobs))
+                        progress(len(done), len(setups))
         else:
-            out = []
             for j in jobs:
-                out.append(_run_one(j))
+                done[j[0]] = _run_one(j)
                 if progress is not None:
-                    progress(len(out), len(jobs))
+                    progress(len(done), len(setups))
     finally:
         _FORKED.clear()
-    labels = list(labels) if labels is not None else [plan_label(p) for p in plans]
+    out = [done[k] for k in range(len(setups))]
+    labels = list(labels) if labels is not None else [p.label for p in plans]
     return [PlanOutcome(label=lab, plan=p, source=src, cost_usd=c, met=m, makespan_s=t, revocations=r)
             for lab, p, src, (c, m, t, r) in zip(labels, plans, sources, out)]
 

@@ -2,8 +2,13 @@
 
 Run ``i`` of every policy uses the same seed (the same trace offset, the same sampled lifetimes
 where the policy does not change what is asked for), so that differences between policies are
-differences of the policies, not of luck. Runs are independent and spread over worker
-processes (fork) when there are many.
+differences of the policies, not of luck.
+
+Engines: a policy whose setup the array engine covers (:func:`spottrain.sim.vector.unsupported`)
+runs all its runs at once in :mod:`spottrain.sim.vector`; the others run one by one on the
+event engine (:mod:`spottrain.sim.job`), spread over worker processes (fork) when there are
+many. ``engine="event"`` forces the event engine (the reference), ``engine="vector"`` refuses
+a setup the array engine does not cover.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 from spottrain.errors import InputError
 from spottrain.plan import Plan
 from spottrain.policies import get_policy
-from spottrain.sim import baselines, sources
+from spottrain.sim import baselines, sources, vector
 from spottrain.sim.job import run_setup
 from spottrain.sim.setup import RunResult, SimParams, SimSetup
 from spottrain.sim.markets import Markets
@@ -148,7 +153,7 @@ def _run_chunk(args: tuple[str, int, int, int]) -> list[RunResult]:
 def simulate(
     plan: Plan, *, trace: str | None = None, model: bool = False, policies: Sequence[str] | None = None,
     runs: int = 1000, seed: int = 0, params: SimParams | None = None, workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, engine: str = "auto",
 ) -> SimulationResult:
     """Simulate ``runs`` runs of ``plan`` under each policy against a trace (``trace``) or
     lifetimes sampled from the fitted model (``model=True``, also the default without a trace).
@@ -160,6 +165,8 @@ def simulate(
 
     if runs <= 0:
         raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
+    if engine not in ENGINES:
+        raise InputError(f"expected an engine among {', '.join(ENGINES)}, got {engine!r}", column="--engine")
     policies = list(policies or ([plan.policy] + [p for p in DEFAULT_POLICIES if p != plan.policy]))
     for p in policies:
         get_policy(p)
@@ -185,15 +192,31 @@ def simulate(
         notes.append(f"other instance types for {', '.join(cross)}: " + ("; ".join(
             f"{a['instance_type']} ({a['gpu']}, ${a['price_usd_per_hour']:.3f}/h: {a['revocations']})"
             for a in alternatives) or "none"))
-    workers = workers if workers is not None else (min(os.cpu_count() or 1, 4) if runs * len(policies) >= 400 else 1)
     results: dict[str, list[RunResult]] = {}
-    if workers > 1:
+    seeds = [run_seed(seed, i) for i in range(runs)]
+    on_event = []
+    for p, setup in setups.items():
+        why = vector.unsupported(setup) if engine != "event" else "the event engine was asked for"
+        if why is None:
+            results[p] = vector.run_vector(setup, seeds).run_results()
+            if progress is not None:
+                progress(runs)
+        elif engine == "vector":
+            raise InputError(f"the array engine does not cover policy {p} here: {why}", column="--engine")
+        else:
+            on_event.append((p, why))
+    notes.append(engine_note([p for p in policies if p in results], on_event))
+    policies_ev = [p for p, _ in on_event]
+    workers = workers if workers is not None else (min(os.cpu_count() or 1, 4) if runs * len(policies_ev) >= 400 else 1)
+    if not policies_ev:
+        pass
+    elif workers > 1:
         import multiprocessing as mp
 
         _FORKED.clear()
         _FORKED.update(setups)
         chunk = max(runs // (workers * 4), 1)
-        jobs = [(p, seed, lo, min(lo + chunk, runs)) for p in policies for lo in range(0, runs, chunk)]
+        jobs = [(p, seed, lo, min(lo + chunk, runs)) for p in policies_ev for lo in range(0, runs, chunk)]
         ctx = mp.get_context("fork")
         with ctx.Pool(workers) as pool:
             out = pool.map(_run_chunk, jobs, chunksize=1) if progress is None else _mapped(pool, jobs, progress)
@@ -201,7 +224,8 @@ def simulate(
             results.setdefault(p, []).extend(res)
         _FORKED.clear()
     else:
-        for p, setup in setups.items():
+        for p in policies_ev:
+            setup = setups[p]
             rs = []
             for i in range(runs):
                 rs.append(run_setup(setup, run_seed(seed, i)))
@@ -212,6 +236,20 @@ def simulate(
     return SimulationResult(plan_cluster=plan.cluster, source=source.description, runs=runs, seed=seed,
                             summaries=summaries, notes=notes, results=results,
                             elapsed_s=time.perf_counter() - t0, alternatives=alternatives)
+
+
+ENGINES = ("auto", "vector", "event")
+"""``auto``: the array engine where it covers the setup, else the event engine."""
+
+
+def engine_note(on_vector: Sequence[str], on_event: Sequence[tuple[str, str]]) -> str:
+    """One line saying which policies ran on which engine (and why not on the array engine)."""
+    parts = []
+    if on_vector:
+        parts.append("array engine for " + ", ".join(on_vector))
+    if on_event:
+        parts.append("event engine for " + "; ".join(f"{p} ({why})" for p, why in on_event))
+    return "engines: " + "; ".join(parts)
 
 
 def _mapped(pool: Any, jobs: list, progress: Callable[[int], None]) -> list:
