@@ -52,7 +52,7 @@ from spottrain.perf import Workload  # noqa: E402
 from spottrain.plan import Plan  # noqa: E402
 from spottrain.planner import plan as make_plan  # noqa: E402
 from spottrain.planner.refine import candidate_plans, refine, replay_group  # noqa: E402
-from spottrain.sim.hindsight import hindsight, plan_label, simulate_plans  # noqa: E402
+from spottrain.sim.hindsight import hindsight, simulate_plans  # noqa: E402
 
 TYPES = ("p3.2xlarge", "p3.16xlarge", "p2.xlarge", "p2.16xlarge")
 TRACE_OF = {"p3.2xlarge": "v100_1", "p3.16xlarge": "v100_8", "p2.xlarge": "k80_1", "p2.16xlarge": "k80_8"}
@@ -96,7 +96,7 @@ def candidates(ctx, result) -> tuple[list[Plan], list[str]]:
     """Ours, runners-up, baselines, Pareto points that can meet the deadline, single-type sweeps
     (the library's candidate set of :func:`spottrain.planner.refine.candidate_plans`, with the baselines)."""
     plans = [p for _, p in candidate_plans(ctx, result, baselines=True)]
-    return plans, [plan_label(p) for p in plans]
+    return plans, [p.label for p in plans]
 
 
 def fmt_usd(x: float) -> str:
@@ -136,9 +136,9 @@ def run(requests, runs: int, zone_sets, refine_runs: int = 100) -> tuple[list[st
             outs = simulate_plans(plans, trace_for=tf, runs=runs, labels=labels)
             by = {o.label: o for o in outs}
             h = hindsight(outs, confidence=CONFIDENCE)
-            ours = by[plan_label(result.best)]
+            ours = by[result.best.label]
             od_plan = base.get("cheapest-on-demand")
-            od = by[plan_label(od_plan)] if od_plan is not None else None
+            od = by[od_plan.label] if od_plan is not None else None
             saving = 1 - ours.mean_cost_usd / od.mean_cost_usd if od else math.nan
             ratio = ours.mean_cost_usd / h.best.mean_cost_usd if h.best else math.nan
             oracle_ratio = ours.mean_cost_usd / h.oracle_mean_cost_usd
@@ -147,7 +147,7 @@ def run(requests, runs: int, zone_sets, refine_runs: int = 100) -> tuple[list[st
             ok = _ok
             # refined: simulated on every trace of the candidates' types except those of the held-out zone
             ref = refine(result, ctx, runs=refine_runs, seed=1, exclude=[zs])
-            rf = by.get(plan_label(ref.plan))
+            rf = by.get(ref.plan.label)
             if rf is None:  # not in the hindsight set: score it on the same runs
                 rf = simulate_plans([ref.chosen.plan], trace_for=tf, runs=runs)[0]
             r_ratio = rf.mean_cost_usd / h.best.mean_cost_usd if h.best else math.nan
@@ -169,7 +169,7 @@ def run(requests, runs: int, zone_sets, refine_runs: int = 100) -> tuple[list[st
                 f"{ok(ours.met_rate >= 0.95)} | {fmt_usd(ret.mean_cost_usd)} / {100 * ret.met_rate:.1f}% |")
             print(main_rows[-1], f"({time.perf_counter() - t1:.1f} s sim, {t_plan:.1f} s plan)", flush=True)
             for name, p in [("ours", result.best)] + list(base.items()):
-                o = by[plan_label(p)]
+                o = by[p.label]
                 base_rows.append(f"| {req.name} | {req.deadline_h:g} h | {zs} | {name} | {o.label} | {o.source} | "
                                  f"{fmt_usd(p.prediction.cost_usd)} | {fmt_usd(o.mean_cost_usd)} | {100 * o.met_rate:.1f}% |")
             records.append(dict(request=req, zones=zs, ours=ours, od=od, hindsight=h, saving=saving, ratio=ratio,

@@ -6,7 +6,7 @@ import pytest
 
 from spottrain.perf import Workload
 from spottrain.planner import plan
-from spottrain.planner.engine import plan_label, prepare
+from spottrain.planner.engine import prepare
 from spottrain.planner.refine import candidate_plans, failure_free_cost_usd, refine
 from spottrain.sim.sources import matching_traces
 
@@ -52,19 +52,19 @@ def test_a_bigger_cluster_that_dodges_correlated_outages_wins(request16, synthet
     result, ctx = request16
     ref = refine(result, ctx, runs=20, traces=[synthetic_outages], max_candidates=16)
     chosen, analytical = ref.plan, result.best
-    assert plan_label(ref.analytical) == plan_label(analytical)
+    assert ref.analytical.label == analytical.label
     # the analytical model (independent revocations) prefers the small cluster ...
     assert ref.changed and chosen.nodes > analytical.nodes
     by = {c.label: c for c in ref.candidates}
     # ... which, replayed on the outages, costs more than the refined choice
-    assert by[plan_label(chosen)].mean_cost_usd < by[plan_label(analytical)].mean_cost_usd
+    assert by[chosen.label].mean_cost_usd < by[analytical.label].mean_cost_usd
     # the chosen plan meets the deadline at the requested rate in simulation, and says so
     assert chosen.prediction.p_meet_deadline >= 0.95
-    assert chosen.prediction.cost_usd == pytest.approx(by[plan_label(chosen)].mean_cost_usd)
+    assert chosen.prediction.cost_usd == pytest.approx(by[chosen.label].mean_cost_usd)
     assert chosen.extra["refined"]["runs"] == 20 and "synthetic_outages" in chosen.extra["refined"]["availability"]
     # it is the cheapest of the candidates that met the rate
     ok = [c for c in ref.candidates if c.met_rate >= 0.95]
-    assert by[plan_label(chosen)].mean_cost_usd == min(c.mean_cost_usd for c in ok)
+    assert by[chosen.label].mean_cost_usd == min(c.mean_cost_usd for c in ok)
     assert ref.traces[P3_16] == (synthetic_outages,) and not ref.model_fallback
     assert ref.seconds > 0 and len(ref.candidates) <= 16
     # the premise of the candidate pruning: no run costs less than the plan's failure-free cost, so
@@ -113,7 +113,7 @@ def test_deterministic_given_a_seed(request16, synthetic_outages):
     r1 = refine(result, ctx, seed=3, workers=1, **kw)
     r2 = refine(result, ctx, seed=3, workers=2, **kw)
     assert [c.to_dict() for c in r1.candidates] == [c.to_dict() for c in r2.candidates]
-    assert plan_label(r1.plan) == plan_label(r2.plan)
+    assert r1.plan.label == r2.plan.label
     r3 = refine(result, ctx, seed=4, workers=1, **kw)
     assert [c.mean_cost_usd for c in r3.candidates] != [c.mean_cost_usd for c in r1.candidates]
 
@@ -121,7 +121,7 @@ def test_deterministic_given_a_seed(request16, synthetic_outages):
 def test_candidates_sweep_around_the_fastest_failure_free_size(request16):
     result, ctx = request16
     cands = candidate_plans(ctx, result)
-    labels = [plan_label(p) for _, p in cands]
+    labels = [p.label for _, p in cands]
     assert len(labels) == len(set(labels)) and cands[0] == ("planner", result.best)
     spot_sizes = {p.nodes for _, p in cands if p.groups[0].spot}
     deadline = ctx.limits.deadline_s
@@ -154,7 +154,7 @@ def test_budget_request_picks_the_fastest_within_budget(tmp_path):
     ref = refine(result, ctx, runs=10, traces=[trace], max_candidates=8)
     ok = [c for c in ref.candidates if c.mean_cost_usd <= 150.0]
     assert ok and all(c.eligible == (c.mean_cost_usd <= 150.0) for c in ref.candidates)
-    chosen = next(c for c in ref.candidates if c.label == plan_label(ref.plan))
+    chosen = next(c for c in ref.candidates if c.label == ref.plan.label)
     assert chosen.eligible and chosen.mean_duration_s == min(c.mean_duration_s for c in ok)
     assert chosen.met_rate is None and ref.plan.prediction.p_meet_deadline is None
 
@@ -177,7 +177,7 @@ def test_no_candidate_qualifies_keeps_the_planner_plan(tmp_path):
     result, ctx = _request(deadline_s=None, budget_usd=150.0)
     ref = refine(result, ctx, runs=3, traces=[str(never)], max_candidates=3, on_demand=False)
     assert not any(c.eligible for c in ref.candidates) and all(c.finished_rate == 0 for c in ref.candidates)
-    assert plan_label(ref.plan) == plan_label(result.best) and not ref.changed
+    assert ref.plan.label == result.best.label and not ref.changed
     assert any("keeping the planner's plan" in n for n in ref.notes)
 
 
@@ -188,7 +188,7 @@ def test_plan_refined_runs_the_planner_and_refines_the_same_request(synthetic_ou
     result, ref = plan_refined(w, samples=90 * 1.28e6, deadline_s=16 * 3600, clouds=["aws"], regions=["us-west-2"],
                                instance_types=[P3_16], max_nodes=24, spot_only=True, runs=4,
                                traces=[synthetic_outages], max_candidates=4)
-    assert plan_label(ref.analytical) == plan_label(result.best)
+    assert ref.analytical.label == result.best.label
     assert all(g.spot for c in ref.candidates for g in c.plan.groups)  # spot only: no on-demand candidates
     assert ref.plan.deadline_s == 16 * 3600 and "refined" in ref.plan.extra
 
@@ -202,6 +202,6 @@ def test_pareto_candidates_keep_the_region_of_their_front_point():
     cands = [(o, p) for o, p in candidate_plans(ctx, result) if o == "pareto"]
     assert cands
     for _, p in cands:
-        pt = front.get((plan_label(p), p.groups[0].region))
-        assert pt is not None, plan_label(p)
+        pt = front.get((p.label, p.groups[0].region))
+        assert pt is not None, p.label
         assert p.prediction.cost_usd == pytest.approx(pt["cost_usd"], rel=1e-9)

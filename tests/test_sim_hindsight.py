@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim_plans import make_plan, write_trace
-from spottrain.sim.hindsight import PlanOutcome, hindsight, plan_label, simulate_plans
+from spottrain.sim.hindsight import PlanOutcome, hindsight, simulate_plans
 
 
 def _outcome(label, costs, met):
@@ -43,11 +43,11 @@ def test_simulated_candidates_share_runs_and_on_demand_needs_no_trace(tmp_path):
     asked = []
 
     def trace_for(p):
-        asked.append(plan_label(p))
+        asked.append(p.label)
         return trace
 
     outs = simulate_plans([spot, od], trace_for=trace_for, runs=12, workers=1)
-    assert asked == [plan_label(spot)]  # the on-demand plan is not replayed on a trace
+    assert asked == [spot.label]  # the on-demand plan is not replayed on a trace
     s, o = outs
     assert o.source.startswith("none") and o.met.all()
     # on-demand: no revocations, every run costs the same (4 nodes x $3.06/h x makespan)

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
-from spottrain.catalog.gpus import canonical_gpu, gpu_spec
+from spottrain.catalog.gpus import canonical_gpu
 from spottrain.catalog.network import instance_network_gbps
 from spottrain.catalog.offers import Catalog, Offer, Snapshot
 from spottrain.errors import InputError, UnknownNameError
@@ -323,9 +323,3 @@ def network_gbps_for_gpu(gpu: str) -> float:
     by_type = sorted({(o.cloud, o.instance_type): o.network_gbps for o in single}.values())
     mid = len(by_type) // 2
     return by_type[mid] if len(by_type) % 2 else (by_type[mid - 1] + by_type[mid]) / 2
-
-
-def gpu_peak_tflops(gpu: str) -> float:
-    """Peak FP32 TFLOPS of one ``gpu`` (shortcut used by FLOPP)."""
-    return gpu_spec(gpu).fp32_tflops
-

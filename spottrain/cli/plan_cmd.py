@@ -271,7 +271,6 @@ def _render(result, out, report, refinement=None) -> None:
     from rich.table import Table
 
     from spottrain.plan import Plan
-    from spottrain.planner.engine import plan_label
     from spottrain.units import format_duration, format_probability, format_usd
 
     console = Console()
@@ -309,7 +308,7 @@ def _render(result, out, report, refinement=None) -> None:
         for name, b in rows:
             if isinstance(b, Plan):
                 q = b.prediction
-                bt.add_row(name, plan_label(b), format_duration(q.duration_s), format_usd(q.cost_usd),
+                bt.add_row(name, b.label, format_duration(q.duration_s), format_usd(q.cost_usd),
                            format_probability(q.p_meet_deadline))
             else:
                 bt.add_row(name, f"[dim]{b}[/]", "", "", "")
@@ -328,10 +327,9 @@ def _render(result, out, report, refinement=None) -> None:
 def _render_refinement(console, ref, top: int = 8) -> None:
     from rich.table import Table
 
-    from spottrain.planner.engine import plan_label
     from spottrain.units import format_duration
 
-    chosen = plan_label(ref.plan)
+    chosen = ref.plan.label
     t = Table(title=f"Simulated candidates ({ref.runs} runs each, {ref.seconds:.1f} s): cheapest meeting the request "
                     "in simulation is chosen")
     for col in ("cluster", "from", "predicted $", "simulated $ (mean / p95)", "mean time", "deadline met", "replayed on"):
@@ -343,7 +341,7 @@ def _render_refinement(console, ref, top: int = 8) -> None:
         t.add_row(name, c.origin, f"${c.predicted_cost_usd:,.2f}", f"${c.mean_cost_usd:,.2f} / ${c.p95_cost_usd:,.2f}",
                   format_duration(c.mean_duration_s) if c.mean_duration_s < float("inf") else "-", met, c.availability)
     console.print(t)
-    verdict = (f"simulation changed the plan: {plan_label(ref.analytical)} -> {chosen}" if ref.changed
+    verdict = (f"simulation changed the plan: {ref.analytical.label} -> {chosen}" if ref.changed
                else "simulation confirms the planner's choice")
     console.print(verdict)
     for note in ref.notes:

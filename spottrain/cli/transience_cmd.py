@@ -13,6 +13,8 @@ from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import format_duration, parse_duration_s
 
 CLOUDS = ("aws", "gcp", "azure")
+COST_RUNS = 2000
+"""Monte Carlo runs of the job figures (transience_cost)."""
 
 
 def _price_spread(cloud: str, gpu: str) -> dict | None:
@@ -77,7 +79,7 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
     restart = delay.mean_s
     opt = optimal_checkpoint_interval_s(checkpoint_cost_s, m, nodes, restart_s=restart)
     yd = young_daly_interval_s(checkpoint_cost_s, mtbf / nodes)
-    cost = transience_cost(duration_s, nodes, m, checkpoint_cost_s, restart, opt, runs=2000, seed=0)
+    cost = transience_cost(duration_s, nodes, m, checkpoint_cost_s, restart, opt, runs=COST_RUNS, seed=0)
     out = {
         "cloud": m.cloud, "gpu": m.gpu, "zone": zone, "pooled_from": m.pooled_from,
         "sources": list(m.sources), "nodes_observed": m.n_nodes, "revocations_observed": m.n_revocations,
@@ -157,13 +159,25 @@ def transience(
     """
     from rich.console import Console
 
-    if cloud.lower() not in CLOUDS:
-        raise UnknownNameError("cloud", cloud, CLOUDS)
-    if nodes < 1:
-        raise InputError(f"expected a node count >= 1, got {nodes}", column="--nodes")
+    from spottrain.cli import options
+
+    cloud = options.choice(options.name(cloud, "--cloud"), "--cloud", CLOUDS, kind="cloud")
+    options.count(nodes, "--nodes", high=options.MAX_NODES, why="no cloud grants one account more GPU nodes")
+    # The job figures simulate COST_RUNS runs x nodes failure times (float64), a few arrays of them.
+    need = 4 * COST_RUNS * nodes * 8 / 2**30
+    avail = options.available_memory_bytes()
+    options.estimate(f"simulating {nodes:,} nodes x {COST_RUNS} runs", need, None if avail is None else avail / 2**30,
+                     "--nodes", hint="lower --nodes")
+    gpu = options.name(gpu, "--gpu")
+    options.name(zone, "--zone")
     _check_gpu(gpu)
-    duration_s = parse_duration_s(duration, option="--duration")
-    ckpt_s = parse_duration_s(checkpoint_cost, option="--checkpoint-cost")
+    duration_s = options.duration(duration, "--duration")
+    ckpt_s = options.duration(checkpoint_cost, "--checkpoint-cost")
+    if ckpt_s >= duration_s:
+        raise InputError(f"a checkpoint ({checkpoint_cost}) must take less than the job ({duration})",
+                         column="--checkpoint-cost")
+    if plot is not None:
+        options.output(plot, "--plot", force=force, suffixes=(".png", ".pdf", ".svg"))
     err = Console(stderr=True)
     with err.status("fitting lifetime models ..."):
         out, m = _summary(cloud.lower(), gpu, zone, nodes, duration_s, ckpt_s)

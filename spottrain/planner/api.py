@@ -26,7 +26,6 @@ from spottrain.planner.engine import (
     evaluate_picks,
     market_mask,
     objective_of,
-    plan_label,
     prepare,
     solve,
     subset_columns,
@@ -52,7 +51,7 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         def point(p: Plan) -> dict[str, Any]:
-            return {"label": plan_label(p), "duration_s": p.prediction.duration_s, "cost_usd": p.prediction.cost_usd,
+            return {"label": p.label, "duration_s": p.prediction.duration_s, "cost_usd": p.prediction.cost_usd,
                     "duration_p95_s": p.prediction.duration_p95_s, "cost_p95_usd": p.prediction.cost_p95_usd,
                     "p_meet_deadline": p.prediction.p_meet_deadline}
 
@@ -63,7 +62,7 @@ class PlanResult:
             else:
                 baselines.append({"name": name, "label": None, "reason": b})
         return {
-            "label": plan_label(self.best), "chosen": point(self.best), "plan": self.best.to_dict(),
+            "label": self.best.label, "chosen": point(self.best), "plan": self.best.to_dict(),
             "samples_total": self.best.workload.samples_total, "deadline_s": self.best.deadline_s,
             "budget_usd": self.best.budget_usd, "runners_up": [point(p) for p in self.runners_up],
             "pareto": self.pareto, "baselines": baselines, "explanation": self.explanation, "stats": self.stats,

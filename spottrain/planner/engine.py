@@ -62,13 +62,6 @@ class Context:
         """Exact assessment of a plan (perf model's mix rule + risk model of the whole cluster)."""
         return evaluate_picks(self.job, self.cands, picks, self.limits)
 
-    def column_outcome(self, j: int) -> Outcome:
-        return self.evaluate(((int(self.cols.cand[j]), int(self.cols.n[j])),))
-
-
-def plan_label(p: Plan) -> str:
-    return p.label
-
 
 # --------------------------------------------------------------------------- evaluation
 

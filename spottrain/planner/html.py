@@ -49,7 +49,6 @@ def _raw(v: Any) -> str:
 
 
 def write_report(result: Any, path: str | Path, *, force: bool = False, refinement: Any = None) -> Path:
-    from spottrain.planner.engine import plan_label
     from spottrain.planner.evidence import headline
     from spottrain.report.document import Report
     from spottrain.report.plots import pareto_plot
@@ -61,7 +60,7 @@ def write_report(result: Any, path: str | Path, *, force: bool = False, refineme
     r = Report("spottrain plan", subtitle=f"{best.workload.model}, {best.workload.samples_total:,.0f} samples")
     hl = headline(result, refinement)
     rows = [{"quantity": k, "value": v} for k, v in (
-        ("cluster", plan_label(best)),
+        ("cluster", best.label),
         ("throughput (performance model)", f"{p.throughput_samples_per_s:,.0f} samples/s "
                                            f"({p.throughput_low:,.0f}-{p.throughput_high:,.0f})"),
         ("bottleneck", p.bottleneck), ("checkpoint interval", format_interval(best.checkpoint_interval_s)),
@@ -71,7 +70,7 @@ def write_report(result: Any, path: str | Path, *, force: bool = False, refineme
     alt = []
     for name, b in [("runner-up", x) for x in result.runners_up] + list(result.baselines.items()):
         if isinstance(b, Plan):
-            alt.append({"plan": name, "cluster": plan_label(b), "expected time": format_duration(b.prediction.duration_s),
+            alt.append({"plan": name, "cluster": b.label, "expected time": format_duration(b.prediction.duration_s),
                         "expected cost": format_usd(b.prediction.cost_usd),
                         "P(meet deadline)": format_probability(b.prediction.p_meet_deadline)})
         else:

@@ -58,7 +58,7 @@ import numpy as np
 
 from spottrain.plan import Plan, PlanPrediction
 from spottrain.planner.api import PlanResult
-from spottrain.planner.engine import Context, plan_label, to_plan
+from spottrain.planner.engine import Context, to_plan
 
 SWEEP_SPOT = (1.25, 1.5, 2.0, 3.0)
 """Multiples of the fastest failure-free size ``n0`` tried for spot node kinds (besides n0, n0+1, n0+2)."""
@@ -122,10 +122,10 @@ class Refinement:
 
     @property
     def chosen(self) -> CandidateFigures:
-        return next(c for c in self.candidates if c.label == plan_label(self.plan))
+        return next(c for c in self.candidates if c.label == self.plan.label)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": plan_label(self.plan), "analytical_label": plan_label(self.analytical),
+        return {"label": self.plan.label, "analytical_label": self.analytical.label,
                 "changed": self.changed, "plan": self.plan.to_dict(),
                 "candidates": [c.to_dict() for c in self.candidates], "runs": self.runs, "seed": self.seed,
                 "traces": {k: list(v) for k, v in self.traces.items()}, "model_fallback": list(self.model_fallback),
@@ -153,7 +153,7 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
 
     def add(origin: str, p: Plan) -> None:
         if on_demand or origin == "planner" or all(g.spot for g in p.groups):
-            out.setdefault(plan_label(p), (origin, p))
+            out.setdefault(p.label, (origin, p))
 
     add("planner", result.best)
     for p in result.runners_up:
@@ -329,7 +329,7 @@ def refine(
     kept, dominated = _select(every, ctx, max_candidates)
     avail = _Availability(traces, exclude, params)
     outs = simulate_plans([p for _, p in kept], source_for=avail, runs=runs, seed=seed, params=params,
-                          workers=workers, labels=[plan_label(p) for _, p in kept], progress=progress)
+                          workers=workers, labels=[p.label for _, p in kept], progress=progress)
     figures = []
     for (origin, p), o in zip(kept, outs):
         fin = o.makespan_s[np.isfinite(o.makespan_s)]
@@ -371,7 +371,7 @@ def refine(
     seconds = time.perf_counter() - t0
     chosen = _with_simulated(best, figures, runs=runs, seed=seed, seconds=seconds, notes=notes,
                              analytical=result.best, excluded=tuple(exclude))
-    return Refinement(plan=chosen, analytical=result.best, changed=best.label != plan_label(result.best),
+    return Refinement(plan=chosen, analytical=result.best, changed=best.label != result.best.label,
                       candidates=tuple(figures), runs=runs, seed=seed,
                       traces={k: v for k, v in avail.pools.items()}, model_fallback=fallback,
                       excluded=tuple(exclude), notes=tuple(notes), seconds=seconds)
@@ -390,15 +390,15 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
     record = {
         "runs": runs, "seed": seed, "candidates": len(figures), "availability": best.availability,
         "excluded": list(excluded), "seconds": round(seconds, 3), "notes": list(notes),
-        "analytical": {"label": plan_label(p), **_pred_dict(p.prediction)},
+        "analytical": {"label": p.label, **_pred_dict(p.prediction)},
         "finished_rate": best.finished_rate,
-        "planner_choice": plan_label(analytical),
+        "planner_choice": analytical.label,
     }
     met = "" if best.met_rate is None else f", deadline met in {best.met_rate:.0%} of runs"
     text = (f"Refined by simulation: {best.label} chosen among {len(figures)} candidates, {runs} runs each on "
             f"{best.availability}: mean ${best.mean_cost_usd:,.2f}{met}.")
-    if plan_label(analytical) != best.label:
-        a = next((f for f in figures if f.label == plan_label(analytical)), None)
+    if analytical.label != best.label:
+        a = next((f for f in figures if f.label == analytical.label), None)
         if a is not None:
             text += (f" The analytical choice {a.label} simulated at mean ${a.mean_cost_usd:,.2f}"
                      + ("" if a.met_rate is None else f", {a.met_rate:.0%} met") + ".")

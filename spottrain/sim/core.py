@@ -192,9 +192,6 @@ class Environment:
         """Run a plain callback ``fn()`` at ``time`` (lighter than an event or a process)."""
         heapq.heappush(self._queue, (time if time > self.now else self.now, priority, next(self._eid), fn))
 
-    def peek(self) -> float:
-        return self._queue[0][0] if self._queue else float("inf")
-
     def step(self) -> None:
         self.now, _, _, event = heapq.heappop(self._queue)
         if not isinstance(event, Event):

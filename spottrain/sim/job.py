@@ -290,13 +290,6 @@ class JobRun:
         if was_empty:
             self.env.call_at(self.env.now, self._flushers[kind], priority=2)
 
-    def _defer(self, kind: str, node: _Node) -> None:
-        """Queue a node event; all events of one kind at one instant are handled together."""
-        q = self._queues[kind]
-        q.append(node)
-        if len(q) == 1:
-            self.env.call_at(self.env.now, self._flushers[kind], priority=2)
-
     def _take(self, kind: str) -> list[_Node]:
         q = self._queues[kind]
         self._queues[kind] = []
