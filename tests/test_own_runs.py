@@ -18,10 +18,14 @@ from spottrain.store import Store
 
 
 def run_cli(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
+    """(exit code, stdout, stderr) of the console entry point."""
+    try:
         main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
     out = capsys.readouterr()
-    return exc.value.code or 0, out.out, out.err
+    return code, out.out, out.err
 
 
 def _summary(job_id: str, run_dir: Path) -> RunSummary:
