@@ -315,3 +315,15 @@ def test_converge_says_runs_hold_no_loss_curves(gpu_store, tmp_path, capsys):
     steps = json.loads(out)["predictions"][0]["steps"]
     code, out, err = run_cli(capsys, *args, "--no-from-store")
     assert code == 0 and err == "" and json.loads(out)["predictions"][0]["steps"] == steps
+
+
+def test_a_measurement_table_and_the_store_are_fitted_together(gpu_store, tmp_path, capsys):
+    _, base, measured = gpu_store
+    # A user table of another model (synthetic): the store's row still sets resnet50 on 1xV100:4.
+    table = tmp_path / "m.csv"
+    table.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\n" + "".join(
+        f"x,32,{n}xV100,0,sync,{300 * n * (0.95 ** n):.1f},5e9,20000000\n" for n in (1, 2, 4)))
+    code, out, err = run_cli(capsys, "predict", "--measurements", str(table), "--model", "resnet50", "--batch-size", "64",
+                             "--cluster", "1xV100:4", "--json")
+    assert code == 0 and "using 1 measured row" in err
+    assert json.loads(out)["throughput"] == pytest.approx(measured, rel=0.05)
