@@ -57,6 +57,9 @@ class FleetJob:
     liveness_port: int | None = None
     """Port of the heartbeat server (:mod:`spottrain.runtime.liveness`), on the advertised host;
     default: the store's port + 1 when that is fixed, else any free port."""
+    liveness_advertise: str | None = None
+    """``host:port`` the nodes use to reach the heartbeat server (default: the store's
+    advertised host and the port bound)."""
     liveness_timeout_s: float = DEFAULT_DEADLINE_S
     """A joined worker silent this long (a VM gone without a word, a SIGSTOP) is declared lost."""
     tick_s: float = 300.0
@@ -305,7 +308,7 @@ class FleetController:
         self.address = adv if adv else f"{host}:{self.store.port}"
         lport = self.job.liveness_port if self.job.liveness_port is not None else (port + 1 if port else 0)
         self.liveness = LivenessServer(host=host, port=lport)
-        self.liveness_address = f"{self.address.rsplit(':', 1)[0]}:{self.liveness.port}"
+        self.liveness_address = self.job.liveness_advertise or f"{self.address.rsplit(':', 1)[0]}:{self.liveness.port}"
         self.t0 = time.monotonic()
         self.record("start", policy=self.job.policy, address=self.address,
                     groups=[f"{g.count}x {g.label}" for g in self.job.groups])

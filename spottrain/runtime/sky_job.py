@@ -81,14 +81,21 @@ class SkyJob:
                                          workdir=self.workdir, bucket=self.bucket, install=self.install,
                                          dist_dir=self.dist_dir))
 
+    def liveness_address(self) -> str:
+        """The heartbeat server: the controller's host, the next port."""
+        host, port = self.address().rsplit(":", 1)
+        return f"{host}:{int(port) + 1}"
+
     def worker_env(self, address: str) -> dict[str, str]:
-        return {**self.env, "SPOTTRAIN_RDZV": address, "SPOTTRAIN_JOB_ID": self.job_id}
+        return {**self.env, "SPOTTRAIN_RDZV": address, "SPOTTRAIN_LIVENESS": self.liveness_address(),
+                "SPOTTRAIN_JOB_ID": self.job_id}
 
 
 DECISIONS = (
     ("replace a lost node (request)", "sky.launch(task, cluster_name='<job>-<group>-n<k>', down=True): a new one-node cluster of the option's market"),
-    ("release a node", "sky.down('<cluster>') after the node has left the membership"),
-    ("switch to on-demand", "sky.launch of the on-demand group's nodes; sky.down of the spot nodes once one has joined"),
+    ("release a node", "the node leaves at a step boundary (told over its heartbeat), then sky.down('<cluster>')"),
+    ("switch to on-demand", "sky.launch of the on-demand nodes; the spot nodes leave and are downed once one has "
+                            "joined and trained two steps (it gets the state from them)"),
     ("checkpoint now", "no SkyPilot call: the controller's store asks every worker for a checkpoint"),
     ("a node's state", "sky.status(cluster_names=[...], refresh=AUTO) and sky.job_status(cluster, [job]) every 30 s"),
 )
@@ -123,6 +130,7 @@ def dry_run(job: SkyJob) -> dict[str, Any]:
         validated_by = None
     return {"job_id": job.job_id, "controller": {"where": "this machine", "store_listens_on": job.bind(),
                                                   "nodes_reach_it_at": address,
+                                                  "heartbeats_at": job.liveness_address(),
                                                   "placeholder": not job.controller},
             "policy": job.policy, "calls": api.calls, "tasks": tasks, "validated_by": validated_by,
             "decisions": [{"decision": d, "skypilot": how} for d, how in DECISIONS],
@@ -134,7 +142,8 @@ def render_dry_run(result: dict[str, Any]) -> str:
     c = result["controller"]
     lines = [f"# spottrain run --backend skypilot (elastic), job {result['job_id']}: DRY RUN, nothing is launched",
              f"# controller: {c['where']}; its store listens on {c['store_listens_on']}; nodes reach it at "
-             f"{c['nodes_reach_it_at']}" + (" (placeholder: pass --controller HOST:PORT)" if c["placeholder"] else ""),
+             f"{c['nodes_reach_it_at']} (heartbeats: {c['heartbeats_at']})"
+             + (" (placeholder: pass --controller HOST:PORT)" if c["placeholder"] else ""),
              f"# policy {result['policy']}; plan groups: " + "; ".join(result["groups"]),
              "# what the policy's decisions become:"]
     lines += [f"#   {d['decision']}: {d['skypilot']}" for d in result["decisions"]]
@@ -179,6 +188,7 @@ def run(job: SkyJob, *, on_event: Callable[[str, dict[str, Any]], None] | None =
     provider = SkyPilotProvider(job_id=job.job_id, task_for=job.task_for, api=api)
     fleet = FleetJob(groups=groups, job_id=job.job_id, steps=job.steps, policy=job.policy, env=dict(job.env),
                      deadline_s=job.plan.deadline_s, store_bind=job.bind(), advertise=address,
+                     liveness_port=int(job.bind().rsplit(":", 1)[1]) + 1, liveness_advertise=job.liveness_address(),
                      replacement_delay_s=job.replacement_delay_s, finish_grace_s=300.0, poll_s=1.0,
                      before_launch=lambda addr: check_reachable(addr))
     return FleetController(fleet, provider, on_event=on_event).run()
