@@ -16,6 +16,7 @@ import numpy as np
 from spottrain.perf import predict_throughput
 from spottrain.transience import lifetime_model, replacement_delay
 from spottrain.transience import optimal_checkpoint_interval_s as _optimal_interval
+from spottrain.transience import young_daly_interval_s  # the risk model's checkpoint interval
 from spottrain.types import ClusterGroup, ClusterSpec
 
 # --------------------------------------------------------------------------- workload

@@ -24,9 +24,9 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   moments of ``T0``). ``T`` is then matched to a lognormal with these two moments, which gives
   ``P(T <= D)`` and every quantile in closed form -- and consistently: ``P(T <= D) >= c`` exactly
   when the c-quantile of ``T`` is ``<= D``, which the optimizer's linear deadline row relies on.
-- Launch. Every plan first pays a fixed ``LAUNCH_S``: VM start-up (CM-DARE measured
-  provisioning + staging + booting of GCE GPU VMs, mean 87 s) plus job set-up (environment, data,
-  first restore). It is billed like the rest, so it keeps the planner from buying hundreds of
+- Launch. Every plan first pays a fixed ``LAUNCH_S``: VM start-up
+  (:data:`spottrain.clouds.VM_STARTUP_S`: CM-DARE's measured provisioning + staging + booting of
+  GCE GPU VMs, mean 87 s) plus job set-up (environment, data, first restore). It is billed like the rest, so it keeps the planner from buying hundreds of
   GPUs for a two-minute job. ``T = LAUNCH_S + T'``: means and quantiles shift by it, and
   ``P(T <= D) = P(T' <= D - LAUNCH_S)``.
 """
@@ -39,14 +39,19 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr, ndtri
 
+from spottrain.clouds import VM_STARTUP_S
+from spottrain.planner._deps import young_daly_interval_s
+
 Z90 = 1.6448536269514722
 Z95 = Z90
 
 CHECKPOINT_WRITE_GBS = 0.5
 """Checkpoint write bandwidth to durable storage (GB/s): a cloud persistent disk or object store."""
 CHECKPOINT_FIXED_S = 2.0
-LAUNCH_S = 87.0 + 60.0
-"""Fixed start of every plan (s): VM start-up (CM-DARE, GCE GPU VMs, mean 87 s) + one minute of set-up."""
+JOB_SETUP_S = 60.0
+"""Job set-up after the VMs boot (environment, data, first restore): one minute."""
+LAUNCH_S = VM_STARTUP_S + JOB_SETUP_S
+"""Fixed start of every plan (s): VM start-up (:data:`spottrain.clouds.VM_STARTUP_S`) + job set-up."""
 ANCHOR_SNAPSHOT_GBS = 5.0
 """DeepVM-style asynchronous multi-level checkpointing to an on-demand anchor: the training stall
 is only the snapshot to host memory / the anchor, persisted in the background."""
@@ -106,7 +111,7 @@ def assess(
     stall_mean_s = np.asarray(stall_mean_s, float)
     stall_sd_s = np.asarray(stall_sd_s, float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        tau = np.where(rate > 0, np.sqrt(2.0 * ckpt_s / np.where(rate > 0, rate, 1.0)), 0.0)
+        tau = np.where(rate > 0, young_daly_interval_s(ckpt_s, 1.0 / np.where(rate > 0, rate, 1.0)), 0.0)
         overhead = np.where(rate > 0, 1.0 + ckpt_s / np.where(tau > 0, tau, 1.0), 1.0)
         r = stall_mean_s + ckpt_s
         mean_l = tau / 2.0 + r
@@ -151,7 +156,3 @@ def assess(
         log_mu=log_mu,
         log_sigma=log_sigma,
     )
-
-
-def young_daly_s(ckpt_s: float, rate_per_s: float) -> float:
-    return math.sqrt(2.0 * ckpt_s / rate_per_s) if rate_per_s > 0 else 0.0

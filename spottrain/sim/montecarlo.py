@@ -127,17 +127,16 @@ def make_markets(plan: Plan, source: Any, params: SimParams | None = None) -> Ma
     """The markets of the alternatives of ``plan`` (``params.alternatives``), shared by setups so
     that each alternative's trace or lifetime model is prepared once."""
     params = params or SimParams()
-    horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
-    return Markets.for_plan(plan, source, params.alternatives, params.max_alternatives, horizon_s=horizon)
+    return Markets.for_plan(plan, source, params.alternatives, params.max_alternatives,
+                            horizon_s=sources.run_horizon_s(plan, params))
 
 
 def make_source(plan: Plan, *, trace: str | None, model: bool, params: SimParams | None = None) -> Any:
     if trace is not None and model:
         raise InputError("give either --trace NAME or --model fitted, not both", column="--trace/--model")
     params = params or SimParams()
-    horizon = params.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
     if trace is not None:
-        return sources.from_trace(trace, plan, horizon)
+        return sources.from_trace(trace, plan, sources.run_horizon_s(plan, params))
     return sources.from_model(plan)
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S
 from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
 
 STEPS = 64_000
@@ -238,7 +239,7 @@ class _Predictor:
 
             trace = load_trace(f"transient-dl-lifetime-{gpu.lower()}")
             lt = node_lifetimes(trace)
-            fits = fit_models(lt.durations_s, lt.observed, max_lifetime_s=24 * 3600.0)
+            fits = fit_models(lt.durations_s, lt.observed, max_lifetime_s=GCP_PREEMPTIBLE_CAP_S)
             best = best_by_aic(fits)
             self._lifetimes[gpu] = (fits[best], f"{best} fitted on {trace.name} ({len(lt.durations_s)} VMs)")
         return self._lifetimes[gpu]
@@ -289,7 +290,8 @@ def _predict_spot(pred: _Predictor, gpu: str, workers: int, ps: int, usd_per_s: 
     from spottrain.sim.sources import LifetimeSource
 
     model, desc = pred.lifetimes(gpu)
-    source = LifetimeSource(lambda n, rng: np.asarray(model.sample(n, rng), float), desc, 24 * 3600.0)
+    source = LifetimeSource(lambda n, rng: np.asarray(model.sample(n, rng), float), desc,
+                            GCP_PREEMPTIBLE_CAP_S)
     tp = pred.throughput(gpu, workers, ps)
 
     def f(key: tuple[tuple[str, int, int], ...]) -> float:

@@ -18,6 +18,7 @@ from spottrain.plan import Plan
 from spottrain.policies import NodeOption, NodeView, Policy, get_policy
 from spottrain.sim import _deps, markets
 from spottrain.sim.markets import NodeType
+from spottrain.sim.sources import run_horizon_s
 
 INF = math.inf
 TICK_POLICIES = {"uniform-progress", "deadline-margin", "deadline-return", "deadline-cheapest"}
@@ -35,7 +36,8 @@ class SimParams:
     tick_s: float = 300.0
     """Period of policy ticks (only for policies in :data:`TICK_POLICIES`)."""
     horizon_s: float | None = None
-    """Give up after this much simulated time; None: 5x the plan's duration (at least 2 days)."""
+    """Give up after this much simulated time; None: 5x the plan's duration, at least 2 days
+    (:func:`~spottrain.sim.sources.run_horizon_s`)."""
     fail_on_chief_loss: bool = False
     """Stop the run (failed) when the chief is revoked (the behaviour of the ICAC'19 clusters)."""
     relaunch_when_empty: bool = True
@@ -109,7 +111,7 @@ class SimSetup:
         self.sync = plan.sync != "async"
         self.total = float(w.samples_total)
         self.planned_tp = plan.prediction.throughput_samples_per_s
-        self.horizon_s = float(p.horizon_s or max(5.0 * plan.prediction.duration_s, 2 * 86400.0))
+        self.horizon_s = run_horizon_s(plan, p)
         # node types: the plan's groups, and the on-demand version of each
         self.types: dict[tuple[str, bool, str | None], NodeType] = {}
         self.planned_types: list[NodeType] = []

@@ -202,6 +202,14 @@ class LifetimeRun(RunRevocations):
 
 
 # ---------------------------------------------------------------- construction
+def run_horizon_s(plan, params: Any = None) -> float:
+    """Simulated time after which a run of ``plan`` gives up: ``params.horizon_s`` (a
+    :class:`~spottrain.sim.setup.SimParams`) when set, else 5x the plan's predicted duration and at
+    least 2 days (long enough for a run that loses most of its nodes to finish)."""
+    given = params.horizon_s if params is not None else None
+    return float(given or max(5.0 * plan.prediction.duration_s, 2 * 86400.0))
+
+
 def _trace_matches(trace, plan) -> bool:
     for g in plan.groups:
         if not g.spot:
@@ -337,6 +345,6 @@ class TracePool:
 def pooled_source(plan, names: Sequence[str], params: Any = None) -> TracePool:
     """A :class:`TracePool` of the traces ``names`` prepared for replay against ``plan``
     (``params``: the run's :class:`~spottrain.sim.setup.SimParams`, for its ``horizon_s``)."""
-    horizon = (params.horizon_s if params is not None else None) or max(5.0 * plan.prediction.duration_s, 2 * 86400.0)
+    horizon = run_horizon_s(plan, params)
     members = [from_trace(n, plan, horizon) for n in names]
     return TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)

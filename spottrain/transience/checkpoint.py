@@ -34,11 +34,17 @@ from spottrain.errors import InputError
 from spottrain.transience.renewal import cluster_survival
 
 
-def young_daly_interval_s(checkpoint_cost_s: float, mtbf_s: float) -> float:
-    """Young's first-order optimum sqrt(2 C M) (Young 1974, Daly 2006)."""
-    if checkpoint_cost_s <= 0 or mtbf_s <= 0:
+def young_daly_interval_s(checkpoint_cost_s, mtbf_s):
+    """Young's first-order optimum sqrt(2 C M) (Young 1974, Daly 2006).
+
+    Numbers give a float; numpy arrays give an array, element by element (the planner sizes many
+    clusters at once; an infinite MTBF, no revocations, gives an infinite interval).
+    """
+    c, m = np.asarray(checkpoint_cost_s, float), np.asarray(mtbf_s, float)
+    if np.any(c <= 0) or np.any(m <= 0):
         raise InputError("checkpoint cost and MTBF must be positive")
-    return math.sqrt(2.0 * checkpoint_cost_s * mtbf_s)
+    interval = np.sqrt(2.0 * c * m)
+    return float(interval) if interval.ndim == 0 else interval
 
 
 def daly_interval_s(checkpoint_cost_s: float, mtbf_s: float) -> float:

@@ -23,11 +23,10 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S
 from spottrain.errors import UnknownNameError
 from spottrain.transience.events import Trace, TraceEvent, check_sorted
 
-GCP_PREEMPTIBLE_CAP_S = 24 * 3600.0
-"""GCP stops every preemptible VM after 24 h."""
 _CAP_HIT_S = 23.5 * 3600.0  # lifetimes this long ended at the cap (GCP stops them a few minutes late)
 
 
