@@ -10,10 +10,13 @@ from spottrain.cli.main import main
 
 
 def run(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
-        main(list(args))
+    code = None
+    try:  # success returns (the CLI runs click outside standalone mode); errors exit
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
     out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+    return code, out.out, out.err
 
 
 def test_predict_zoo_json(capsys):

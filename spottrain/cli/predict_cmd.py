@@ -88,10 +88,18 @@ def predict(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExtrapolationWarning)
             preds = fitted.predict(qrows)
+        far = [(q, p) for q, p in zip(qrows, preds) if p.extrapolated]
+        if far:  # one line, however many queries: the --out table marks each (column extrapolated)
+            q, p = far[0]
+            _echo(f"{len(far)} of {len(preds)} queries are outside the fitted data, their intervals widened "
+                  f"(line {q.line}: {'; '.join(p.notes)})", True)
         cols = {"throughput_pred": [round(p.throughput, 3) for p in preds],
                 "throughput_low": [round(p.low, 3) for p in preds],
                 "throughput_high": [round(p.high, 3) for p in preds],
-                "bottleneck": [p.bottleneck for p in preds]}
+                "step_time_s_pred": [round(p.iteration_time_s, 6) for p in preds],
+                "sync_time_s_pred": ["" if p.sync_time_s is None else round(p.sync_time_s, 6) for p in preds],
+                "bottleneck": [p.bottleneck for p in preds],
+                "extrapolated": [int(p.extrapolated) for p in preds]}
         if out is not None:
             write_measurements(qrows, out, extra_columns=cols)
         if as_json:
@@ -131,8 +139,9 @@ def predict(
         print(json.dumps({"model": workload.model, "batch_size": workload.batch_size, "cluster": cluster, "ps": ps,
                           "sync": sync, **pred.to_dict()}, indent=1))
         return
-    for note in pred.notes or [str(w.message) for w in caught]:
-        err.print(f"[yellow]warning:[/] extrapolating, interval widened: {note}", highlight=False)
+    notes = list(pred.notes) or [str(w.message) for w in caught]
+    if notes:  # one line
+        _echo("extrapolating, interval widened: " + "; ".join(notes), True)
     console = Console()
     t = Table(box=box.SIMPLE_HEAD, title=f"{workload.model}, batch {workload.batch_size}/GPU on {cluster}"
               f" ({'ps=' + str(ps) + ', ' + sync if ps else 'all-reduce, ' + sync})")

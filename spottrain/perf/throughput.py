@@ -82,6 +82,11 @@ def _study_weights(rows: list[Measurement]) -> np.ndarray:
     return np.array([math.sqrt(min(1.0, STUDY_ROWS / n[_study_of(m)])) for m in rows])
 
 
+def _config_key(q: "_Query") -> str:
+    """One measured configuration: model, per-GPU batch, cluster, servers, precision."""
+    return f"{q.model}|{q.batch_size}|{q.cluster}|{q.ps}|{q.sync}|{q.precision}"
+
+
 def _regime(q: "_Query") -> str:
     """Which part of the model a query exercises most: single GPU, one node, across nodes, or PS."""
     if q.ps > 0:
@@ -451,6 +456,9 @@ class ThroughputModel:
             # prior's calibration of anything else is another study's.
             self.own_gpus_ = {k.split("/")[0] for k in gpu_keys}
             self.own_models_ = set(models)
+            # With a handful of rows, only the configurations measured are known; the others (another
+            # batch size, another cluster) are the prior's, with its between-study spread.
+            self.own_configs_ = {_config_key(q) for q in queries} if len(rows) < 10 else set()
             p = self.prior
             self.spread_log_ = {k: max(v, p.spread_log_.get(k, 0.0)) for k, v in self.spread_log_.items()}
             self.fitted_pairs_ |= set(p.fitted_pairs_)
@@ -462,7 +470,7 @@ class ThroughputModel:
                 self.regime_log_ = {k: max(v, p.regime_log_.get(k, 0.0)) for k, v in self.regime_log_.items()}
                 self.interval_log_ = max(self.interval_log_, p.interval_log_)
         else:
-            self.own_gpus_, self.own_models_ = set(), set()
+            self.own_gpus_, self.own_models_, self.own_configs_ = set(), set(), set()
         if self.folds and len(rows) >= 2 * max(self.folds, 2) and self.correction != "none":
             self._fit_correction_and_intervals(rows)
         elif self.correction == "always":
@@ -529,7 +537,9 @@ class ThroughputModel:
                           an.PRIOR["log_ar_cap"][1] * sync_share))
         if not unseen_gpu and (self.own_gpus_ or self.own_models_):
             missing = [n for _g, n, _k in _resolve_groups(q.cluster) if n not in self.own_gpus_]
-            if missing or q.model not in self.own_models_:
+            if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
+                notes.append(("configuration not among your few measured rows", self.spread_log_.get("study", STUDY_LOG)))
+            elif missing or q.model not in self.own_models_:
                 what = f"GPU {missing[0]}" if missing else f"model {q.model}"
                 notes.append((f"{what} not in your measurements (calibrated on another study's)",
                               self.spread_log_.get("study", STUDY_LOG)))
@@ -600,7 +610,7 @@ class ThroughputModel:
 
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
-              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_")
+              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_")
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -629,7 +639,7 @@ class ThroughputModel:
             v = data[k]
             if k == "theta_":
                 v = np.array(v, float)
-            elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_"):
+            elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_", "own_configs_"):
                 v = set(v)
             setattr(m, k, v)
         m.correction_ = None
