@@ -60,6 +60,10 @@ def run(
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Logs and events (default: ./spottrain-runs/JOB_ID).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the model init and the data order.")] = 0,
     timeout: Annotated[str, typer.Option(help="Give up after this long.")] = "30m",
+    liveness_timeout: Annotated[str, typer.Option("--liveness-timeout", help="local: a worker silent this long (stopped, cut off) is declared lost.")] = "3s",
+    tick: Annotated[str, typer.Option(help="local: period of the policy's tick events.")] = "5s",
+    deadline: Annotated[str | None, typer.Option(help="local: deadline the policy sees (default: the plan's).")] = None,
+    hosts: Annotated[int, typer.Option(help="local: run each worker on its own host, a Linux network namespace (needs root); enables linkdown/vanish/loss/delay faults.")] = 0,
     store: Annotated[Path | None, typer.Option("--store", help="SQLite store for the run record (default: $SPOTTRAIN_STORE or the user data directory).")] = None,
     no_record: Annotated[bool, typer.Option("--no-record", help="Do not write the run record.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="skypilot: where to write the task YAML.")] = None,
@@ -150,16 +154,35 @@ def run(
     if plan is not None:
         settings["SPOTTRAIN_PLANNED_WORLD_SIZE"] = str(plan.nodes)
     price = plan.price_usd_per_hour / max(plan.nodes, 1) if plan else 0.0
+    delay_s = parse_duration_s(replacement_delay, option="--replacement-delay")
+    batch = global_batch or (ex.global_batch_size if example else (plan.workload.batch_size if plan else 1))
+    market = _local_market(plan, n, delay_s)
+    if hosts < 0:
+        raise InputError("must be >= 0", column="--hosts")
     job = LocalJob(command=command, workers=n, run_dir=run_dir.resolve(), job_id=job_id, env=settings,
-                   injections=injections, policy=policy_name,
-                   replacement_delay_s=parse_duration_s(replacement_delay, option="--replacement-delay"),
+                   injections=injections, policy=policy_name, replacement_delay_s=delay_s,
                    steps=steps, checkpoint_dir=ckdir.resolve(), timeout_s=parse_duration_s(timeout, option="--timeout"),
-                   instance_type=plan.groups[0].instance_type if plan else "local", price_usd_per_hour=price)
+                   instance_type=plan.groups[0].instance_type if plan else "local", price_usd_per_hour=price,
+                   samples_per_step=int(batch),
+                   deadline_s=(parse_duration_s(deadline, option="--deadline") if deadline
+                               else (plan.deadline_s if plan else None)),
+                   tick_s=parse_duration_s(tick, option="--tick"),
+                   liveness_timeout_s=parse_duration_s(liveness_timeout, option="--liveness-timeout"), **market)
+    from spottrain.runtime.faults import needs_hosts
+
+    if needs_hosts(injections) and not hosts:
+        raise InputError(f"fault kinds {', '.join(needs_hosts(injections))} need --hosts N (network namespaces)",
+                         column="--inject")
+    network = _make_hosts(hosts, job) if hosts else None
     if not as_json:
-        err.print(f"job {job_id}: {n} workers, policy {policy_name}, checkpoint "
-                  + (f"every {checkpoint_every} steps" if checkpoint_every else f"every {interval_s:g}s ({interval_src})"),
-                  highlight=False)
-    summary = _run_with_progress(job, quiet=as_json)
+        err.print(f"job {job_id}: {n} workers" + (f" on {hosts} hosts" if hosts else "") + f", policy {policy_name}, "
+                  "checkpoint " + (f"every {checkpoint_every} steps" if checkpoint_every
+                                   else f"every {interval_s:g}s ({interval_src})"), highlight=False)
+    try:
+        summary = _run_with_progress(job, quiet=as_json)
+    finally:
+        if network is not None:
+            network.close()
     if not no_record:
         from spottrain.runtime.record import local_setup, record_run
 
@@ -171,7 +194,43 @@ def run(
     else:
         _render(summary)
     if not summary.ok:
+        if not as_json:
+            err.print(f"resume: run the same command with --job-id {job_id} (checkpoints in {ckdir})", highlight=False)
         raise typer.Exit(1)
+
+
+def _local_market(plan: Any, n: int, delay_s: float) -> dict[str, Any]:
+    """The nodes the local workers stand for, what the policy may buy and the on-demand fallback,
+    with the plan's instance types, zones and prices (spot and on-demand)."""
+    if plan is None:
+        return {}
+    from spottrain.policies import NodeOption
+
+    per_node = plan.prediction.throughput_samples_per_s / max(plan.nodes, 1)
+    planned, fallback = [], []
+    for g in plan.groups:
+        for _ in range(g.count):
+            planned.append(NodeOption(instance_type=g.instance_type, gpu=g.gpu, spot=g.spot, zone=g.zone,
+                                      price_usd_per_hour=g.price_usd_per_hour, throughput=per_node, delay_s=delay_s))
+            fallback.append(NodeOption(instance_type=g.instance_type, gpu=g.gpu, spot=False, zone=g.zone,
+                                       price_usd_per_hour=g.on_demand_price_usd_per_hour, throughput=per_node,
+                                       delay_s=delay_s))
+    # --workers other than the plan's: the plan's nodes in turn
+    planned = [planned[i % len(planned)] for i in range(n)]
+    fallback = [fallback[i % len(fallback)] for i in range(n)]
+    return {"planned": tuple(planned), "options": tuple(dict.fromkeys(planned + fallback)),
+            "on_demand_fallback": tuple(fallback)}
+
+
+def _make_hosts(count: int, job: Any) -> Any:
+    from spottrain.runtime.netns import Network, available
+
+    ok, why = available()
+    if not ok:
+        raise InputError(f"cannot make hosts here: {why}", column="--hosts")
+    network = Network(hosts=count)
+    job.hosts, job.network, job.controller_address = network.hosts, network, network.address
+    return network
 
 
 _EVENTS: list[dict[str, Any]] = []
@@ -182,7 +241,8 @@ def _run_with_progress(job: Any, *, quiet: bool) -> Any:
 
     from spottrain.runtime.local import run_local
 
-    shown = ("inject", "exit", "notice", "joined", "membership", "decision")
+    shown = ("inject", "exit", "notice", "joined", "membership", "decision", "refused", "release", "host", "impair",
+             "formation_failed", "stopping")
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("train", total=job.steps)
@@ -273,6 +333,9 @@ def _skypilot(plan: Any, command: list[str], job_id: str, bucket: str | None, se
         if not bucket:
             err.print("note: no --bucket: checkpoints stay on the nodes and do not survive a cluster recovery",
                       highlight=False)
+    if not as_json:
+        err.print(f"note: managed-torchrun: SkyPilot's managed-job recovery restarts the whole cluster after a "
+                  f"preemption; the policy ({policy}) is not used", highlight=False)
     if launch:
         code = sk.launch(path, job_id)
         if code != 0:
@@ -290,6 +353,11 @@ def _skypilot_elastic(plan: Any, command: list[str], job_id: str, bucket: str | 
     if output is not None or launch:
         raise InputError("--output and --launch apply to --skypilot-mode managed-torchrun; the elastic mode "
                          "launches from here (see its tasks with --dry-run)", column="--output" if output else "--launch")
+    from spottrain.sim.baselines import PLAN_TRANSFORMS
+
+    transform = PLAN_TRANSFORMS.get(policy)
+    if transform is not None:  # e.g. on-demand: the plan's cluster bought on-demand; deepvm-anchor: + an anchor node
+        plan = transform(plan)[0]
     if steps is None and plan.workload.samples_total and settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE"):
         steps = int(plan.workload.samples_total // int(settings["SPOTTRAIN_GLOBAL_BATCH_SIZE"]))
     job = sky_job.SkyJob(plan=plan, job_id=job_id, command=command, env=settings, policy=policy, steps=steps,
