@@ -365,3 +365,32 @@ def test_skypilot_provider_runs_the_generated_tasks_and_replaces_a_preempted_clu
     assert downed >= {"job9-g0-n1", "job9-g1-n0", "job9-g0-n2"}
     assert not any(p.poll() is None for p in api.procs.values())
     assert provider.poll()["g0-n0"] == LOST
+
+
+def test_nodes_on_namespace_hosts_a_silent_node_is_declared_lost_and_replaced(tmp_path: Path) -> None:
+    """Each node on a host of its own (a network namespace on a bridge); one spot node's link goes
+    down (no FIN, no RST: what a vanished VM looks like). Its heartbeats stop, the controller
+    declares it lost, terminates it, and the replacement joins on a new host."""
+    from spottrain.runtime import netns
+
+    ok, why = netns.available()
+    if not ok:
+        pytest.skip(why)
+    with netns.Network() as net:
+        provider = LocalProvider(command=MLP, run_dir=tmp_path, host_for=lambda node_id: net.add_host())
+        job = FleetJob(groups=_groups(spot=2, on_demand=1), job_id="j3", steps=200, env=_env(tmp_path, 200),
+                       policy="replace-same", store_bind="0.0.0.0:0", advertise=f"{net.address}:0",
+                       replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
+        ctl = FleetController(job, provider)
+        _when_step(ctl, 10, lambda: net.link_down(provider.hosts["g0-n1"]))
+        result = ctl.run()
+        hosts = {n: h.address for n, h in provider.hosts.items()}
+    assert result.ok and result.steps_done == 200, (result.failure, result.events[-6:])
+    lost = [e for e in result.events if e["kind"] == "lost"]
+    assert [e["node"] for e in lost] == ["g0-n1"] and lost[0]["how"].startswith("silent")
+    revoked = [d for d in result.decisions if d["event"] == "revoked"]
+    assert [d["subject"] for d in revoked] == ["g0-n1"] and revoked[0]["request"] == ["p3.2xlarge:spot"]
+    assert "g0-n1" in provider.terminated  # the controller gave the silent node's machine back
+    assert len(set(hosts.values())) == 4  # four nodes, four hosts
+    joined = [e["node"] for e in result.events if e["kind"] == "joined"]
+    assert joined == ["g0-n2"]

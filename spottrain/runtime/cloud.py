@@ -7,7 +7,7 @@ joins the job through the controller's store (``SPOTTRAIN_RDZV``) under its node
 (``SPOTTRAIN_WORKER_ID``). Two providers implement it:
 
 - :class:`LocalProvider` (here): a "node" is a process on this machine (or, with a
-  ``host_command`` hook, one started inside a network-namespace host), so the controller's
+  ``host_for`` hook, one started on a network-namespace host), so the controller's
   decisions are tested end to end without a cloud;
 - :class:`~spottrain.runtime.cloud_sky.SkyPilotProvider`: a node is a one-node SkyPilot
   cluster, launched and torn down through SkyPilot's Python API.
@@ -26,7 +26,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.plan import Plan
@@ -186,19 +186,20 @@ class _LocalNode:
 class LocalProvider:
     """Nodes as processes on this machine, each running the worker command.
 
-    ``host_command(node_id) -> argv prefix`` lets a caller start each node somewhere else on
-    this machine, e.g. ``["ip", "netns", "exec", "host3"]`` for a network-namespace host;
-    ``store_host`` is then the controller address as seen from there. ``revoke`` is the fault
-    injector: what a cloud does to a spot node (``kill`` = SIGKILL, ``sigterm`` = a notice,
-    ``stop`` = SIGSTOP, a node that falls silent).
+    ``host_for(node_id)`` lets a caller start each node on a host of its own, e.g. a
+    network-namespace host of :class:`spottrain.runtime.netns.Network` (anything with an argv
+    ``prefix`` and an ``env()``); the controller's advertised address is then its address on
+    the hosts' bridge. ``revoke`` is the fault injector: what a cloud does to a spot node
+    (``kill`` = SIGKILL, ``sigterm`` = a notice, ``stop`` = SIGSTOP, a node that falls silent).
     """
 
     def __init__(self, *, command: Sequence[str], run_dir: str | os.PathLike[str],
-                 host_command: Callable[[str], Sequence[str]] | None = None,
+                 host_for: Callable[[str], Any] | None = None,
                  base_env: Mapping[str, str] | None = None) -> None:
         self.command = list(command)
         self.run_dir = Path(run_dir)
-        self.host_command = host_command
+        self.host_for = host_for
+        self.hosts: dict[str, Any] = {}
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.nodes: dict[str, _LocalNode] = {}
         self.launched: list[tuple[str, str]] = []
@@ -213,7 +214,11 @@ class LocalProvider:
             full_env = {**self.base_env, **env, ENV_WORKER_ID: node_id, "PYTHONUNBUFFERED": "1",
                         "SPOTTRAIN_RUN_DIR": str(self.run_dir),
                         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")}
-            argv = [*(self.host_command(node_id) if self.host_command else ()), *self.command]
+            host = self.host_for(node_id) if self.host_for else None
+            if host is not None:
+                self.hosts[node_id] = host
+                full_env.update(host.env())
+            argv = [*(host.prefix if host is not None else ()), *self.command]
             log = open(self.run_dir / f"worker-{node_id}.log", "ab")
             proc = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)

@@ -53,7 +53,8 @@ class FleetJob:
     store_bind: str = "127.0.0.1:0"
     """``host:port`` the store listens on (port 0: any free port)."""
     advertise: str | None = None
-    """``host:port`` the nodes use to reach the store (default: ``store_bind``'s host and the port bound)."""
+    """``host:port`` the nodes use to reach the store (default: ``store_bind``'s host and the port
+    bound; port 0: the port bound)."""
     liveness_port: int | None = None
     """Port of the heartbeat server (:mod:`spottrain.runtime.liveness`), on the advertised host;
     default: the store's port + 1 when that is fixed, else any free port."""
@@ -305,6 +306,8 @@ class FleetController:
         host, port = parse_address(self.job.store_bind, option="store_bind", any_port=True)
         self.store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
         adv = self.job.advertise
+        if adv and adv.endswith(":0"):  # the advertised host, the port bound
+            adv = f"{adv[:-2]}:{self.store.port}"
         self.address = adv if adv else f"{host}:{self.store.port}"
         lport = self.job.liveness_port if self.job.liveness_port is not None else (port + 1 if port else 0)
         self.liveness = LivenessServer(host=host, port=lport)
