@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spottrain.errors import InputError
+from spottrain.units import format_interval, format_step_time, plural
 
 StoreOpt = Annotated[
     Path | None,
@@ -40,7 +42,7 @@ def _fmt_bytes(value: float | None) -> str:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
+    return format_step_time(seconds * 1e3)
 
 
 def render_profile(p: Any, console: Console, *, title: str | None = None) -> None:
@@ -52,7 +54,7 @@ def render_profile(p: Any, console: Console, *, title: str | None = None) -> Non
     table.add_row("device", f"{dev.get('kind')}: {dev.get('name')} ({p.precision}, {p.optimizer})")
     table.add_row("parameters", f"{p.param_count:,}  (gradients {_fmt_bytes(p.gradient_bytes)} per step)")
     table.add_row("FLOPs / sample", f"forward {_fmt_si(p.flops_per_sample_forward, 'FLOP')}, backward {_fmt_si(p.flops_per_sample_backward, 'FLOP')}")
-    table.add_row("step time", f"{_ms(p.step_time_s)} median over {p.iterations} iterations")
+    table.add_row("step time", f"{_ms(p.step_time_s)} median over {plural(p.iterations, 'iteration')}")
     for phase in ("forward", "backward", "optimizer", "total"):
         t = p.timing.get(phase)
         if t is not None:
@@ -91,11 +93,48 @@ def _progress_bar(console: Console):  # -> (callback, Progress)
     return update, bar
 
 
+CPU_ITERATIONS, CPU_WARMUP = 5, 1
+"""Defaults on a CPU: a CPU step of a real model takes seconds, and its time varies little."""
+GPU_ITERATIONS, GPU_WARMUP = 20, 3
+
+
+def _progress_lines(console: Console):
+    """Progress as plain lines (output is not a terminal: a log, a pipe, CI): one line per step
+    of the costly phases, with the elapsed time."""
+    import time
+
+    t0 = time.perf_counter()
+
+    def update(phase: str, done: int, total: int) -> None:
+        if phase == "probe" and done == 0:
+            console.print("profile: probing FLOPs and memory on a 2-sample batch ...", highlight=False)
+            return
+        if phase == "probe":
+            return
+        console.print(f"profile: {phase} {done}/{total} ({format_interval(time.perf_counter() - t0)} elapsed)",
+                      highlight=False)
+
+    return update
+
+
+def _estimate_printer(console: Console):
+    """Says what the run will cost before its costly part starts."""
+
+    def show(info: dict[str, Any]) -> None:
+        console.print(
+            f"profile: expected about {format_interval(info['total_s'])} ({plural(info['steps'], 'step')} of "
+            f"batch {info['batch_size']} at ~{format_step_time(1e3 * info['step_s'])} each) and a peak of about "
+            f"{_fmt_bytes(info['memory_bytes'])} on {info['device']} (extrapolated from the probe: rough); "
+            "--batch-size, --iterations or --max-time make it shorter", highlight=False)
+
+    return show
+
+
 def profile(
     model: Annotated[str, typer.Option("--model", "-m", help="Zoo name (see `spottrain profile --list-models`) or module:function returning (model, batch).")] = "",
     batch_size: Annotated[int | None, typer.Option("--batch-size", "-b", help="Samples per step (default: the zoo model's reference batch, or the entry point's).")] = None,
-    iterations: Annotated[int, typer.Option(help="Measured iterations after warm-up.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Warm-up iterations (not measured).")] = 3,
+    iterations: Annotated[int | None, typer.Option(help="Measured iterations after warm-up (default: 5 on CPU, 20 on a GPU).")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up iterations, not measured (default: 1 on CPU, 3 on a GPU).")] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda (cuda:N).")] = "cpu",
     precision: Annotated[str, typer.Option(help="fp32, or amp (autocast: fp16 + GradScaler on CUDA, bf16 on CPU).")] = "fp32",
     optimizer: Annotated[str, typer.Option(help="Optimizer stepped: sgd (momentum 0.9), adam or adamw.")] = "sgd",
@@ -135,11 +174,19 @@ def profile(
 
     from spottrain.profiler import profiler as prof
 
+    on_cpu = device.strip().lower() == "cpu"
+    if iterations is None:
+        iterations = CPU_ITERATIONS if on_cpu else GPU_ITERATIONS
+    if warmup is None:
+        warmup = CPU_WARMUP if on_cpu else GPU_WARMUP
     err = Console(stderr=True)
-    update, bar = _progress_bar(err)
+    if err.is_terminal:
+        update, bar = _progress_bar(err)
+    else:
+        update, bar = _progress_lines(err), contextlib.nullcontext()
     kwargs: dict[str, Any] = dict(
         device=device, precision=precision, iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
-        loss_steps=loss_steps, max_time_s=max_time, progress=update,
+        loss_steps=loss_steps, max_time_s=max_time, progress=update, estimate=_estimate_printer(err),
     )
     with bar:
         if is_entry_point(model):

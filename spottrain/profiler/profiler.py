@@ -46,6 +46,12 @@ from spottrain.profiler.schema import PhaseTiming, Profile
 ProgressFn = Callable[[str, int, int], None]
 """``progress(phase, done, total)`` with phase ``"probe"``, ``"loss-curve"``, ``"warm-up"``, ``"measure"``."""
 
+EstimateFn = Callable[[dict[str, Any]], None]
+"""``estimate(info)`` once the probe has run, before the costly steps: ``steps`` (warm-up, loss
+curve and measured steps still to run), ``step_s`` (a step at the full batch, extrapolated
+linearly from the probe's sub-batch: a rough figure), ``total_s`` and ``memory_bytes`` (the
+estimated peak: parameters, gradients, optimizer state and the batch's activations)."""
+
 OPTIMIZERS = ("sgd", "adam", "adamw")
 PRECISIONS = ("fp32", "amp")
 # Optimizer state per parameter element, in parameter-sized tensors (momentum; Adam's 2 moments).
@@ -271,6 +277,7 @@ def profile(
     data_description: str | None = None,
     max_time_s: float | None = None,
     progress: ProgressFn | None = None,
+    estimate: EstimateFn | None = None,
 ) -> Profile:
     """Profile one training step of a model.
 
@@ -394,6 +401,14 @@ def profile(
                     best = largest_fitting(fits, batch_size - 1)
                     raise _too_big(model_name, batch_size, best, dev, static_est + per_sample_est * batch_size, avail)
 
+        if estimate is not None:
+            steps = loss_steps + max(warmup - loss_steps, 0 if loss_steps else 1) + iterations
+            step_s = probe_s * batch_size / max(probe_size, 1)
+            if max_time_s is not None:
+                steps = min(steps, loss_steps + max(warmup - loss_steps, 0 if loss_steps else 1)
+                            + max(3, math.ceil(max_time_s / max(step_s, 1e-9))))
+            estimate({"steps": steps, "step_s": step_s, "total_s": steps * step_s, "batch_size": batch_size,
+                      "memory_bytes": static_est + per_sample_est * batch_size, "device": dev.type.upper()})
         opt = make_optimizer(optimizer, (p for p in model.parameters() if p.requires_grad), lr)
         stepper = _Stepper(model, opt, dev, precision)
 
