@@ -35,9 +35,12 @@ def test_refined_plan_is_printed_saved_and_met_the_deadline_in_simulation(capsys
     assert Plan.load(out).to_dict() == ref["plan"]
     chosen = next(c for c in ref["candidates"] if c["label"] == ref["label"])
     assert chosen["eligible"] and chosen["met_rate"] >= 0.95
-    # the chosen plan is the cheapest candidate that met the request in simulation
-    eligible = [c["mean_cost_usd"] for c in ref["candidates"] if c["eligible"]]
-    assert chosen["mean_cost_usd"] == min(eligible)
+    # the chosen plan is the cheapest candidate that met the request in simulation among those the
+    # race kept to the end (the others were dropped as costlier, on fewer runs)
+    eligible = [c["mean_cost_usd"] for c in ref["candidates"] if c["eligible"] and not c["dropped"]]
+    assert chosen["mean_cost_usd"] == min(eligible) and chosen["runs"] == 20
+    assert all(c["runs"] <= 20 for c in ref["candidates"]) and ref["total_runs"] == sum(
+        c["runs"] for c in ref["candidates"])
     # its prediction is the simulated one, not the analytical one
     assert d["plan"]["prediction"]["p_meet_deadline"] == chosen["met_rate"]
     assert ref["excluded"] == ["us-west-2c"]
@@ -59,3 +62,17 @@ def test_refine_bad_input_is_one_line(capsys) -> None:
     assert code == 2 and "--refine-runs" in err and "Traceback" not in err
     code, _, err = run_here(capsys, *REQUEST, "--no-refine", "--exclude-traces", "us-west-2a")
     assert code == 2 and "--exclude-traces only applies when refining" in err
+    code, _, err = run_here(capsys, *REQUEST, "--refine", "--refine-budget", "0")
+    assert code == 2 and "--refine-budget" in err and "Traceback" not in err
+
+
+def test_a_refine_past_its_budget_prints_the_analytical_plan_and_says_so(capsys) -> None:
+    code, stdout, err = run_here(capsys, *REQUEST, "--refine-budget", "0.000001", "--json")
+    assert code == 0, err
+    d = json.loads(stdout)
+    assert d["refinement"]["timed_out"] and d["refinement"]["label"] == d["refinement"]["analytical_label"]
+    assert any("time budget" in n for n in d["refinement"]["notes"])
+    assert "refined" not in d["plan"]["extra"]  # the analytical plan, not simulated figures
+    code, stdout, err = run_here(capsys, *REQUEST, "--refine-budget", "0.000001")
+    assert code == 0, err
+    assert "ran out of its time budget" in stdout

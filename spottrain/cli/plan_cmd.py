@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="Save the plan (JSON) for simulate / run."),
         report: Optional[Path] = typer.Option(None, "--report", help="Write an HTML report with the Pareto front."),
         refine: Optional[bool] = typer.Option(None, "--refine/--no-refine", help="Re-choose among the best candidates by simulating each on real revocation traces (a few seconds). Default: on with --deadline."),
-        refine_runs: int = typer.Option(100, "--refine-runs", help="Simulated runs per candidate when refining."),
+        refine_runs: int = typer.Option(100, "--refine-runs", help="Most simulated runs a candidate gets when refining (racing: a quarter for every candidate, more only for those still in contention)."),
+        refine_budget: float = typer.Option(20.0, "--refine-budget", help="Seconds the refine may take; past them the analytical plan is returned, and the output says so."),
         exclude_traces: Optional[str] = typer.Option(None, "--exclude-traces", help="With --refine: comma-separated trace names or zones to leave out."),
         force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
         include_outliers: bool = typer.Option(False, "--include-outliers", help="Also plan on spot prices `spottrain catalog` flags as implausible (a zone far below the type's other zones and its on-demand price)."),
@@ -85,6 +86,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("--spot-only contradicts --allow-on-demand")
         if refine_runs < 1:
             raise InputError(f"--refine-runs: expected a run count >= 1, got {refine_runs}")
+        if not refine_budget > 0:
+            raise InputError(f"--refine-budget: expected a positive number of seconds, got {refine_budget}")
         if refine is None:
             refine = deadline_s is not None
         if exclude_traces and not refine:
@@ -137,7 +140,7 @@ def register(app: typer.Typer) -> None:
                               include_outliers=include_outliers, evidence=evidence)
         refinement = None
         if refine:
-            refinement = _refine(result, runs=refine_runs, exclude=_split(exclude_traces) or (),
+            refinement = _refine(result, runs=refine_runs, budget_s=refine_budget, exclude=_split(exclude_traces) or (),
                                  on_demand=allow_on_demand and not spot_only)
             result = dataclasses.replace(result, best=refinement.plan,
                                          explanation=refinement.plan.explanation or result.explanation)
@@ -187,7 +190,7 @@ def _echo(text: str, warning: bool) -> None:
     Console(stderr=True).print(("[yellow]warning:[/] " if warning else "") + escape(text), highlight=False, soft_wrap=True)
 
 
-def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_demand: bool):
+def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_demand: bool, budget_s: float | None = None):
     """:func:`spottrain.planner.refine.refine` with a progress bar on stderr."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -197,7 +200,7 @@ def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_deman
     with Progress(TextColumn("simulating candidates on real traces"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("refine", total=None)
-        return refine(result, result.context, runs=runs, exclude=exclude, on_demand=on_demand,
+        return refine(result, result.context, runs=runs, exclude=exclude, on_demand=on_demand, time_budget_s=budget_s,
                       progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
@@ -330,18 +333,21 @@ def _render_refinement(console, ref, top: int = 8) -> None:
     from spottrain.units import format_duration
 
     chosen = ref.plan.label
-    t = Table(title=f"Simulated candidates ({ref.runs} runs each, {ref.seconds:.1f} s): cheapest meeting the request "
-                    "in simulation is chosen")
-    for col in ("cluster", "from", "predicted $", "simulated $ (mean / p95)", "mean time", "deadline met", "replayed on"):
+    t = Table(title=f"Simulated candidates (up to {ref.runs} runs each, {ref.total_runs:,} in all, {ref.seconds:.1f} s): "
+                    "cheapest meeting the request in simulation is chosen")
+    for col in ("cluster", "from", "predicted $", "simulated $ (mean / p95)", "mean time", "deadline met", "runs",
+                "replayed on"):
         t.add_column(col)
     ranked = sorted(ref.candidates, key=lambda c: (not c.eligible, c.mean_cost_usd))[:top]
     for c in ranked:
         name = f"[bold]{c.label}[/] (chosen)" if c.label == chosen else c.label
         met = "-" if c.met_rate is None else f"{100 * c.met_rate:.1f}%"
         t.add_row(name, c.origin, f"${c.predicted_cost_usd:,.2f}", f"${c.mean_cost_usd:,.2f} / ${c.p95_cost_usd:,.2f}",
-                  format_duration(c.mean_duration_s) if c.mean_duration_s < float("inf") else "-", met, c.availability)
+                  format_duration(c.mean_duration_s) if c.mean_duration_s < float("inf") else "-", met, str(c.runs),
+                  c.availability)
     console.print(t)
-    verdict = (f"simulation changed the plan: {ref.analytical.label} -> {chosen}" if ref.changed
+    verdict = ("refine ran out of its time budget: the analytical plan is kept" if ref.timed_out
+               else f"simulation changed the plan: {ref.analytical.label} -> {chosen}" if ref.changed
                else "simulation confirms the planner's choice")
     console.print(verdict)
     for note in ref.notes:

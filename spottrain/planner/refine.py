@@ -92,7 +92,11 @@ class CandidateFigures:
     finished_rate: float
     mean_revocations: float
     eligible: bool
-    """Whether it satisfies the request in simulation (deadline rate, budget)."""
+    """Whether it satisfies the request in simulation (deadline rate, budget), on its own runs."""
+    runs: int = 0
+    """Simulated runs it got (racing: more only while it was in contention)."""
+    dropped: str = ""
+    """Why racing stopped simulating it before the last stage ('' : it ran to the end)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plan"}
@@ -119,6 +123,15 @@ class Refinement:
     excluded: tuple[str, ...]
     notes: tuple[str, ...]
     seconds: float
+    timed_out: bool = False
+    """The race did not finish within its time budget: ``plan`` is the analytical plan."""
+    confidence_chosen: float | None = None
+    """Estimated probability that the chosen plan is the cheapest (fastest, with only a budget)
+    candidate meeting the request (see :meth:`_Race.confidence`)."""
+    total_runs: int = 0
+    """Simulated runs over all candidates."""
+    first_runs: int = 0
+    """Runs every candidate got in the first stage of the race."""
 
     @property
     def chosen(self) -> CandidateFigures:
@@ -129,7 +142,9 @@ class Refinement:
                 "changed": self.changed, "plan": self.plan.to_dict(),
                 "candidates": [c.to_dict() for c in self.candidates], "runs": self.runs, "seed": self.seed,
                 "traces": {k: list(v) for k, v in self.traces.items()}, "model_fallback": list(self.model_fallback),
-                "excluded": list(self.excluded), "notes": list(self.notes), "seconds": round(self.seconds, 3)}
+                "excluded": list(self.excluded), "notes": list(self.notes), "seconds": round(self.seconds, 3),
+                "timed_out": self.timed_out, "confidence_chosen": self.confidence_chosen,
+                "total_runs": self.total_runs, "first_runs": self.first_runs}
 
 
 # --------------------------------------------------------------------------- candidates
@@ -141,18 +156,55 @@ def failure_free_cost_usd(p: Plan) -> float:
     return p.workload.samples_total / max(p.prediction.throughput_samples_per_s, 1e-12) * p.price_usd_per_hour / 3600
 
 
+@dataclass(frozen=True)
+class _Pick:
+    """A single-type candidate not yet turned into a plan: its column's figures are enough to
+    select it (:func:`_select`); only the selected ones are evaluated exactly (:func:`_resolve`)."""
+
+    i: int
+    n: int
+    label: str
+    spot: bool
+    kind: tuple
+    ff_cost_usd: float
+    duration_s: float
+
+
+def _ff(p: Any) -> float:
+    return p.ff_cost_usd if isinstance(p, _Pick) else failure_free_cost_usd(p)
+
+
+def _has_spot(p: Any) -> bool:
+    return p.spot if isinstance(p, _Pick) else any(g.spot for g in p.groups)
+
+
+def _kind(p: Any) -> tuple:
+    return p.kind if isinstance(p, _Pick) else tuple((g.instance_type, g.spot) for g in p.groups)
+
+
+def _duration(p: Any) -> float:
+    return p.duration_s if isinstance(p, _Pick) else p.prediction.duration_s
+
+
+def _resolve(ctx: Context, p: Any) -> Plan:
+    if isinstance(p, _Pick):
+        return to_plan(ctx, ctx.evaluate(((p.i, p.n),)), exact_interval=True)
+    return p
+
+
 def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False,
-                    on_demand: bool = True) -> list[tuple[str, Plan]]:
+                    on_demand: bool = True, lazy: bool = False) -> list[tuple[str, Plan]]:
     """``(origin, plan)`` of every candidate, without duplicates (first origin wins): the
     planner's plan, runners-up, (the baselines' plans when ``baselines``), Pareto points that can
     meet the deadline, and single-type sweeps around the fastest failure-free size of each node
     kind (with only a budget: around the largest size whose failure-free cost fits it).
     ``on_demand=False`` leaves out plans with on-demand nodes (a spot-only request), except the
-    planner's own."""
-    out: dict[str, tuple[str, Plan]] = {}
+    planner's own. ``lazy``: single-type candidates stay :class:`_Pick` (turned into plans by
+    :func:`_resolve`; refine resolves only those it simulates)."""
+    out: dict[str, tuple[str, Any]] = {}
 
-    def add(origin: str, p: Plan) -> None:
-        if on_demand or origin == "planner" or all(g.spot for g in p.groups):
+    def add(origin: str, p: Any) -> None:
+        if on_demand or origin == "planner" or _all_spot(p):
             out.setdefault(p.label, (origin, p))
 
     add("planner", result.best)
@@ -165,7 +217,15 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
     deadline, budget = ctx.limits.deadline_s, ctx.limits.budget_usd
     index = {(c.instance_type, c.spot, c.region, c.zone): i for i, c in enumerate(ctx.cands)}
     cols = ctx.cols
-    sizes_of = {i: np.unique(cols.n[cols.cand == i]) for i in range(len(ctx.cands))}
+    # the columns of each candidate, found once (a sort) rather than by a scan per candidate
+    order = np.argsort(cols.cand, kind="stable")
+    bounds = np.searchsorted(cols.cand[order], np.arange(len(ctx.cands) + 1))
+
+    def columns(i: int) -> np.ndarray:
+        return order[bounds[i]:bounds[i + 1]]
+
+    def sizes_of(i: int) -> np.ndarray:
+        return np.unique(cols.n[columns(i)])
     picks: dict[tuple[int, int], str] = {}
     for pt in result.pareto:
         m = _LABEL.match(pt.get("label", ""))
@@ -178,7 +238,7 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
     for i, c in enumerate(ctx.cands):
         if not c.spot and not on_demand:
             continue
-        sel = cols.cand == i
+        sel = columns(i)
         n, t_free = cols.n[sel], cols.work[sel] / np.maximum(cols.thr[sel], 1e-12)
         if deadline is not None:
             fits = n[t_free <= deadline]
@@ -194,7 +254,7 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
             sizes = {top, top - 1, top - 2} | ({math.ceil(top / f) for f in SWEEP_SPOT} if c.spot else set())
         else:
             continue
-        avail = sizes_of[i]
+        avail = sizes_of(i)
         for s in sizes:
             if s < 1 or s > ctx.limits.max_nodes:
                 continue
@@ -202,8 +262,20 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
             if k < avail.size:
                 picks.setdefault((i, int(avail[k])), "sweep")
     for (i, s), origin in sorted(picks.items()):
-        add(origin, to_plan(ctx, ctx.evaluate(((i, s),)), exact_interval=True))
-    return list(out.values())
+        idx = columns(i)
+        j = int(idx[np.nonzero(cols.n[idx] == s)[0][0]])
+        c = ctx.cands[i]
+        t_free = float(cols.work[j] / max(cols.thr[j], 1e-12))
+        add(origin, _Pick(i=i, n=s, label=f"{s}x {c.instance_type} {'spot' if c.spot else 'on-demand'}", spot=c.spot,
+                          kind=((c.instance_type, c.spot),), ff_cost_usd=t_free * float(cols.price_rate[j]) / 3600,
+                          duration_s=float(cols.time_mean_s[j])))
+    if lazy:
+        return list(out.values())
+    return [(o, _resolve(ctx, p)) for o, p in out.values()]
+
+
+def _all_spot(p: Any) -> bool:
+    return p.spot if isinstance(p, _Pick) else all(g.spot for g in p.groups)
 
 
 def _select(cands: list[tuple[str, Plan]], ctx: Context, cap: int) -> tuple[list[tuple[str, Plan]], int]:
@@ -215,29 +287,28 @@ def _select(cands: list[tuple[str, Plan]], ctx: Context, cap: int) -> tuple[list
     dropped as dominated."""
     deadline = ctx.limits.deadline_s
 
-    def on_demand_ok(p: Plan) -> bool:
-        return not any(g.spot for g in p.groups) and (deadline is None or p.prediction.duration_s <= deadline)
+    def on_demand_ok(p: Any) -> bool:
+        return not _has_spot(p) and (deadline is None or _duration(p) <= deadline)
 
-    od = [failure_free_cost_usd(p) for _, p in cands if on_demand_ok(p)]
+    od = [_ff(p) for _, p in cands if on_demand_ok(p)]
     bound = min(od) if od and deadline is not None else math.inf
     if ctx.limits.budget_usd is not None:  # no run of a plan costs less than its failure-free cost
         bound = min(bound, ctx.limits.budget_usd)
-    kept = [(o, p) for o, p in cands if o == "planner" or failure_free_cost_usd(p) <= bound * (1 + 1e-9)]
+    kept = [(o, p) for o, p in cands if o == "planner" or _ff(p) <= bound * (1 + 1e-9)]
     dominated = len(cands) - len(kept)
     if len(kept) <= cap:
         return kept, dominated
     rank = {o: k for k, o in enumerate(ORIGINS)}
     first = [kept[0]]  # the planner's plan
-    safe = min((op for op in kept[1:] if on_demand_ok(op[1])), key=lambda op: failure_free_cost_usd(op[1]),
-               default=None)
+    safe = min((op for op in kept[1:] if on_demand_ok(op[1])), key=lambda op: _ff(op[1]), default=None)
     if safe is not None:
         first.append(safe)
     kinds: dict[tuple, list[tuple[str, Plan]]] = {}
     for op in kept:
         if op not in first:
-            kinds.setdefault(tuple((g.instance_type, g.spot) for g in op[1].groups), []).append(op)
-    queues = sorted((sorted(q, key=lambda op: (rank[op[0]], failure_free_cost_usd(op[1]))) for q in kinds.values()),
-                    key=lambda q: min(failure_free_cost_usd(p) for _, p in q))
+            kinds.setdefault(_kind(op[1]), []).append(op)
+    queues = sorted((sorted(q, key=lambda op: (rank[op[0]], _ff(op[1]))) for q in kinds.values()),
+                    key=lambda q: min(_ff(p) for _, p in q))
     out = list(first)
     while len(out) < cap and any(queues):
         for q in queues:
@@ -285,6 +356,187 @@ class _Availability:
         return src, f"no trace of {g.instance_type}: {src.description}" + suffix
 
 
+# --------------------------------------------------------------------------- racing
+
+Z_DROP = 2.5
+"""A candidate leaves the race when its paired difference to the leader (mean cost, or mean
+duration with only a budget) is this many standard errors above zero, or when the upper Wilson
+bound of its deadline-met (finished) rate at this z is below the confidence."""
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _wilson(hits: float, n: int, z: float) -> tuple[float, float]:
+    """Wilson score interval of a rate ``hits / n``."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = hits / n
+    den = 1.0 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(mid - half, 0.0), min(mid + half, 1.0)
+
+
+class _Race:
+    """Successive halving with common random numbers: every candidate gets a first batch of
+    runs; while more than one remains in contention, the runs double for those still in it.
+
+    Run ``i`` of every candidate uses the same seed, so two candidates are compared on the
+    differences of their runs (paired), which are far less noisy than their separate means."""
+
+    def __init__(self, setups: list, *, seed: int, conf: float, deadline: float | None, budget: float | None,
+                 workers: int | None, engine: str) -> None:
+        self.setups, self.seed, self.conf = setups, seed, conf
+        self.deadline, self.budget, self.workers, self.engine = deadline, budget, workers, engine
+        self.alive: list[int] = list(range(len(setups)))
+        self.dropped: dict[int, str] = {}
+        self._parts: dict[int, list[tuple]] = {k: [] for k in range(len(setups))}
+        self.total_runs = 0
+
+    def data(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(cost, met, makespan or inf, revocations)`` of every run of candidate ``k``."""
+        parts = self._parts[k]
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
+
+    def run(self, first: int, most: int, *, t0: float, time_budget_s: float | None,
+            progress: Callable[[int, int], None] | None) -> bool:
+        """Race to the end; False when the time budget ran out first."""
+        from spottrain.sim.hindsight import run_setups
+
+        n, target, stages_done = 0, first, 0
+        per_run_s: float | None = None
+        stages_left = 1 + max(math.ceil(math.log2(most / first)), 0) if most > first else 1
+        while True:
+            ks = list(self.alive)
+            extra = target - n
+            if time_budget_s is not None and per_run_s is not None:
+                if time.perf_counter() - t0 + per_run_s * extra * len(ks) > time_budget_s:
+                    return False
+            ts = time.perf_counter()
+
+            def tick(done: int, _total: int, base: int = stages_done) -> None:
+                if progress is not None:
+                    progress(base + done, base + len(ks) * stages_left)
+
+            out = run_setups([self.setups[k] for k in ks], runs=extra, seed=self.seed, workers=self.workers,
+                             engine=self.engine, first_run=n, progress=tick)
+            for k, o in zip(ks, out):
+                self._parts[k].append(o)
+            self.total_runs += extra * len(ks)
+            per_run_s = (time.perf_counter() - ts) / max(extra * len(ks), 1)
+            stages_done += len(ks)
+            stages_left -= 1
+            n = target
+            if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
+                return False
+            if n >= most:
+                return True
+            self._drop(n)
+            if len(self.alive) == 1 and self._settled(self.alive[0], n):
+                return True
+            target = min(2 * n, most)
+            stages_left = max(stages_left, 1)
+
+    # the figures the race compares
+    def _ok_hits(self, k: int) -> np.ndarray:
+        c, m, t, _ = self.data(k)
+        return m if self.deadline is not None else np.isfinite(t)
+
+    def _metric(self, k: int) -> np.ndarray:
+        c, m, t, _ = self.data(k)
+        if self.deadline is not None:
+            return c
+        return t
+
+    def _settled(self, k: int, n: int) -> bool:
+        lo, hi = _wilson(float(self._ok_hits(k).sum()), n, Z_DROP)
+        return lo >= self.conf or hi < self.conf
+
+    def _eligible_now(self, k: int) -> bool:
+        ok = self._ok_hits(k).mean() >= self.conf - 1e-12
+        if self.budget is not None:
+            ok = ok and float(self.data(k)[0].mean()) <= self.budget
+        return bool(ok)
+
+    def _drop(self, n: int) -> None:
+        for k in list(self.alive):
+            hits = float(self._ok_hits(k).sum())
+            if _wilson(hits, n, Z_DROP)[1] < self.conf:
+                what = "met the deadline" if self.deadline is not None else "finished"
+                self._out(k, f"{what} in {hits / n:.0%} of {n} runs")
+            elif self.budget is not None:
+                c = self.data(k)[0]
+                se = float(c.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+                if c.mean() - Z_DROP * se > self.budget:
+                    self._out(k, f"mean cost ${c.mean():,.2f} over the budget after {n} runs")
+        leaders = [k for k in self.alive if self._eligible_now(k)]
+        if not leaders:
+            return
+        lead = min(leaders, key=lambda k: (self._mean(self._metric(k)), k))
+        x0 = self._metric(lead)
+        for k in list(self.alive):
+            if k == lead:
+                continue
+            md, se = self._paired(self._metric(k), x0)
+            if md > 0 and md - Z_DROP * se > 0:
+                what = "costlier" if self.deadline is not None else "slower"
+                unit = f"${md:,.2f}" if self.deadline is not None else f"{md / 3600:.2f} h"
+                self._out(k, f"{what} than the leader by {unit} (paired, {md / max(se, 1e-12):.1f} standard errors) "
+                             f"after {n} runs")
+
+    def _out(self, k: int, why: str) -> None:
+        self.alive.remove(k)
+        self.dropped[k] = why
+
+    @staticmethod
+    def _mean(x: np.ndarray) -> float:
+        f = x[np.isfinite(x)]
+        return float(f.mean()) if f.size else math.inf
+
+    @staticmethod
+    def _paired(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """Mean and standard error of ``x - y`` over their common (finite) runs."""
+        n = min(len(x), len(y))
+        both = np.isfinite(x[:n]) & np.isfinite(y[:n])
+        d = x[:n][both] - y[:n][both]
+        if d.size == 0:
+            return 0.0, math.inf
+        se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else math.inf
+        return float(d.mean()), se
+
+    def confidence(self, best: int) -> float:
+        """Estimated probability that candidate ``best`` is the cheapest (with only a budget: the
+        fastest) candidate meeting the request: the probability that it meets the request times,
+        for every other candidate, the probability that it does not both meet the request and beat
+        ``best`` (normal approximations of the paired differences on common runs and of the
+        rates; candidates treated as independent)."""
+        out = self._p_eligible(best)
+        xb = self._metric(best)
+        for k in range(len(self.setups)):
+            if k == best:
+                continue
+            md, se = self._paired(self._metric(k), xb)
+            if not math.isfinite(se) or se == 0.0:
+                p_better = 1.0 if md < 0 else (0.5 if md == 0 and math.isfinite(se) else 0.0)
+            else:
+                p_better = _phi(-md / se)
+            out *= 1.0 - self._p_eligible(k) * p_better
+        return float(min(max(out, 0.0), 1.0))
+
+    def _p_eligible(self, k: int) -> float:
+        hits = self._ok_hits(k)
+        n = hits.size
+        p = (float(hits.sum()) + 0.5) / (n + 1.0)  # shrunk towards 1/2: a rate of 1 over few runs is not certain
+        p_ok = _phi((p - self.conf) / math.sqrt(p * (1 - p) / n))
+        if self.budget is not None:
+            c = self.data(k)[0]
+            se = float(c.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+            p_ok *= _phi((self.budget - c.mean()) / se) if se > 0 else float(c.mean() <= self.budget)
+        return p_ok
+
+
 # --------------------------------------------------------------------------- refine
 
 
@@ -303,6 +555,9 @@ def refine(
     params: Any = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    first_runs: int | None = None,
+    time_budget_s: float | None = None,
+    engine: str = "auto",
 ) -> Refinement:
     """Re-choose the plan of ``result`` by simulating its candidates on real traces.
 
@@ -314,9 +569,14 @@ def refine(
     for spot-only requests; ``baselines`` adds the planner's baseline plans as candidates.
     ``params``: :class:`spottrain.sim.setup.SimParams`. ``progress(done, total)`` is called as
     candidates finish (for a progress bar). See the module docstring for the procedure.
+
+    Racing: every candidate gets ``first_runs`` runs (default ``max(runs // 4, 8)``), then the
+    runs double for those still in contention, up to ``runs``. ``time_budget_s``: when the race
+    cannot finish within it, the analytical plan is returned (``timed_out``) and a note says so.
+    ``engine``: see :func:`spottrain.sim.hindsight.simulate_plans`.
     """
     from spottrain.errors import InputError
-    from spottrain.sim.hindsight import simulate_plans
+    from spottrain.sim.hindsight import plan_setups
 
     if runs < 1:
         raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
@@ -325,33 +585,43 @@ def refine(
     t0 = time.perf_counter()
     conf = float(confidence if confidence is not None else ctx.limits.confidence)
     deadline, budget = ctx.limits.deadline_s, ctx.limits.budget_usd
-    every = candidate_plans(ctx, result, baselines=baselines, on_demand=on_demand)
+    every = candidate_plans(ctx, result, baselines=baselines, on_demand=on_demand, lazy=True)
     kept, dominated = _select(every, ctx, max_candidates)
+    kept = [(o, _resolve(ctx, p)) for o, p in kept]
     avail = _Availability(traces, exclude, params)
-    outs = simulate_plans([p for _, p in kept], source_for=avail, runs=runs, seed=seed, params=params,
-                          workers=workers, labels=[p.label for _, p in kept], progress=progress)
+    setups, sources = plan_setups([p for _, p in kept], source_for=avail, params=params)
+    race = _Race(setups, seed=seed, conf=conf, deadline=deadline, budget=budget, workers=workers, engine=engine)
+    first = max(1, min(runs, first_runs if first_runs is not None else max(runs // 4, 8)))
+    finished_race = race.run(first, runs, t0=t0, time_budget_s=time_budget_s, progress=progress)
     figures = []
-    for (origin, p), o in zip(kept, outs):
-        fin = o.makespan_s[np.isfinite(o.makespan_s)]
-        met = float(o.met.mean()) if deadline is not None else None
-        mean_cost = float(o.cost_usd.mean())
-        finished = fin.size / len(o.makespan_s)
+    for k, ((origin, p), src) in enumerate(zip(kept, sources)):
+        c, m, t, r = race.data(k)
+        fin = t[np.isfinite(t)]
+        met = float(m.mean()) if deadline is not None else None
+        mean_cost = float(c.mean())
+        finished = fin.size / len(t)
         # without a deadline the plan must at least finish (at the requested rate) to qualify
         ok = ((met >= conf - 1e-12) if met is not None else finished >= conf - 1e-12) and (
             budget is None or mean_cost <= budget)
         figures.append(CandidateFigures(
-            label=o.label, origin=origin, plan=p, availability=o.source,
+            label=p.label, origin=origin, plan=p, availability=src,
             failure_free_cost_usd=failure_free_cost_usd(p), predicted_cost_usd=p.prediction.cost_usd,
             predicted_p_deadline=p.prediction.p_meet_deadline, mean_cost_usd=mean_cost,
-            p95_cost_usd=float(np.percentile(o.cost_usd, 95)),
+            p95_cost_usd=float(np.percentile(c, 95)),
             mean_duration_s=float(fin.mean()) if fin.size else math.inf,
             p95_duration_s=float(np.percentile(fin, 95)) if fin.size else math.inf,
             met_rate=met, finished_rate=float(finished),
-            mean_revocations=float(o.revocations.mean()) if o.revocations is not None else math.nan,
-            eligible=ok))
+            mean_revocations=float(r.mean()) if r is not None else math.nan,
+            eligible=ok, runs=len(c), dropped=race.dropped.get(k, "")))
     notes = []
-    ok = [f for f in figures if f.eligible]
-    if ok:
+    # the choice is made among the candidates still in contention (those with every run)
+    ok = [f for k, f in enumerate(figures) if f.eligible and k in race.alive]
+    timed_out = not finished_race
+    if timed_out:
+        best = figures[0]
+        notes.append(f"refine did not finish within its time budget of {time_budget_s:g} s "
+                     f"({race.total_runs} runs simulated): the analytical plan is returned")
+    elif ok:
         key = (lambda f: (f.mean_cost_usd, f.label)) if deadline is not None else (lambda f: (f.mean_duration_s, f.label))
         best = min(ok, key=key)
     else:
@@ -360,6 +630,13 @@ def refine(
         if budget is not None:
             what += (" and " if what else "") + f"stayed within ${budget:,.2f} on average"
         notes.append(f"no candidate {what} in simulation; keeping the planner's plan")
+    best_k = figures.index(best)
+    certainty = None if timed_out else race.confidence(best_k)
+    if not timed_out:
+        notes.append(f"racing: {first} runs per candidate, up to {runs} for those in contention "
+                     f"({race.total_runs} runs in all, {len(race.alive)} candidates to the end)"
+                     + ("" if certainty is None else
+                        f"; confidence {certainty:.1%} that the chosen plan is the best one meeting the request"))
     fallback = tuple(sorted(k for k, v in avail.pools.items() if not v))
     if fallback:
         notes.append("no trace of " + ", ".join(fallback) + ": simulated on the fitted lifetime model")
@@ -369,16 +646,22 @@ def refine(
     if len(every) - dominated > len(kept):
         notes.append(f"{len(every) - dominated - len(kept)} candidates beyond the cap of {max_candidates} not simulated")
     seconds = time.perf_counter() - t0
-    chosen = _with_simulated(best, figures, runs=runs, seed=seed, seconds=seconds, notes=notes,
-                             analytical=result.best, excluded=tuple(exclude))
+    if timed_out:
+        chosen = result.best
+    else:
+        chosen = _with_simulated(best, figures, runs=runs, seed=seed, seconds=seconds, notes=notes,
+                                 analytical=result.best, excluded=tuple(exclude), confidence=certainty,
+                                 total_runs=race.total_runs)
     return Refinement(plan=chosen, analytical=result.best, changed=best.label != result.best.label,
                       candidates=tuple(figures), runs=runs, seed=seed,
                       traces={k: v for k, v in avail.pools.items()}, model_fallback=fallback,
-                      excluded=tuple(exclude), notes=tuple(notes), seconds=seconds)
+                      excluded=tuple(exclude), notes=tuple(notes), seconds=seconds, timed_out=timed_out,
+                      confidence_chosen=certainty, total_runs=race.total_runs, first_runs=first)
 
 
 def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, runs: int, seed: int,
-                    seconds: float, notes: list[str], analytical: Plan, excluded: tuple[str, ...]) -> Plan:
+                    seconds: float, notes: list[str], analytical: Plan, excluded: tuple[str, ...],
+                    confidence: float | None = None, total_runs: int | None = None) -> Plan:
     """``best.plan`` with its prediction replaced by the simulated figures, and a record of what was simulated."""
     p = best.plan
     pred = dataclasses.replace(
@@ -393,10 +676,13 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
         "analytical": {"label": p.label, **_pred_dict(p.prediction)},
         "finished_rate": best.finished_rate,
         "planner_choice": analytical.label,
+        "runs_per_candidate": {f.label: f.runs for f in figures},
+        "total_runs": total_runs,
+        "confidence_chosen": confidence,
     }
     met = "" if best.met_rate is None else f", deadline met in {best.met_rate:.0%} of runs"
-    text = (f"Refined by simulation: {best.label} chosen among {len(figures)} candidates, {runs} runs each on "
-            f"{best.availability}: mean ${best.mean_cost_usd:,.2f}{met}.")
+    text = (f"Refined by simulation: {best.label} chosen among {len(figures)} candidates ({best.runs} runs of it, "
+            f"fewer of those out of contention) on {best.availability}: mean ${best.mean_cost_usd:,.2f}{met}.")
     if analytical.label != best.label:
         a = next((f for f in figures if f.label == analytical.label), None)
         if a is not None:

@@ -114,6 +114,19 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
     at once, unless ``engine="event"``; the others run on the event engine. ``first_run``: the
     index of the first run (runs ``first_run .. first_run + runs - 1`` of the seed sequence, so
     that a later batch extends an earlier one)."""
+    setups, sources = plan_setups(plans, trace_for=trace_for, source_for=source_for, params=params)
+    out = run_setups(setups, runs=runs, seed=seed, workers=workers, progress=progress, engine=engine,
+                     first_run=first_run)
+    labels = list(labels) if labels is not None else [p.label for p in plans]
+    return [PlanOutcome(label=lab, plan=p, source=src, cost_usd=c, met=m, makespan_s=t, revocations=r)
+            for lab, p, src, (c, m, t, r) in zip(labels, plans, sources, out)]
+
+
+def plan_setups(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | None] | None = None,
+                source_for: Callable[[Plan], tuple[Any, str]] | None = None,
+                params: SimParams | None = None) -> tuple[list[SimSetup], list[str]]:
+    """The set-up of every plan under its own policy and where its revocations come from (see
+    :func:`simulate_plans`); prepared once, they can be run in several batches (:func:`run_setups`)."""
     if (trace_for is None) == (source_for is None):
         raise ValueError("give exactly one of trace_for and source_for")
     setups, sources = [], []
@@ -130,6 +143,14 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
             trace = trace_for(p)
             setups.append(setup_for(p, trace, params))
             sources.append(trace if trace else "fitted lifetime model")
+    return setups, sources
+
+
+def run_setups(setups: Sequence[SimSetup], *, runs: int, seed: int = 0, workers: int | None = None,
+               progress: Callable[[int, int], None] | None = None, engine: str = "auto",
+               first_run: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """``(cost, deadline met, makespan or inf, revocations)`` per run of every setup, runs
+    ``first_run .. first_run + runs - 1`` (see :func:`simulate_plans`)."""
     seeds = [run_seed(seed, i) for i in range(first_run, first_run + runs)]
     done: dict[int, tuple] = {}
     for k, st in enumerate(setups):
@@ -141,7 +162,7 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
                 progress(len(done), len(setups))
     jobs = [(k, seed, runs, first_run) for k in range(len(setups)) if k not in done]
     workers = workers if workers is not None else min(os.cpu_count() or 1, 4)
-    _FORKED[:] = setups
+    _FORKED[:] = list(setups)
     try:
         if workers > 1 and len(jobs) > 1:
             import multiprocessing as mp
@@ -158,10 +179,7 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
                     progress(len(done), len(setups))
     finally:
         _FORKED.clear()
-    out = [done[k] for k in range(len(setups))]
-    labels = list(labels) if labels is not None else [p.label for p in plans]
-    return [PlanOutcome(label=lab, plan=p, source=src, cost_usd=c, met=m, makespan_s=t, revocations=r)
-            for lab, p, src, (c, m, t, r) in zip(labels, plans, sources, out)]
+    return [done[k] for k in range(len(setups))]
 
 
 def hindsight(outcomes: Sequence[PlanOutcome], *, confidence: float) -> Hindsight:
