@@ -394,3 +394,23 @@ def test_nodes_on_namespace_hosts_a_silent_node_is_declared_lost_and_replaced(tm
     assert len(set(hosts.values())) == 4  # four nodes, four hosts
     joined = [e["node"] for e in result.events if e["kind"] == "joined"]
     assert joined == ["g0-n2"]
+
+
+def test_a_controller_that_stops_early_lets_the_workers_checkpoint_and_exit(tmp_path: Path) -> None:
+    """The controller gives up (here: its timeout; likewise Ctrl-C or SIGTERM): it tells every
+    worker to stop, rank 0 writes a checkpoint, every worker exits by itself, then every node is
+    given back. No process is left."""
+    from spottrain.runtime.elastic import EXIT_STOPPED
+
+    provider = LocalProvider(command=MLP, run_dir=tmp_path)
+    job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j4", steps=5000, env=_env(tmp_path, 5000),
+                   policy="replace-same", tick_s=3600, timeout_s=25.0, join_timeout_s=60)
+    ctl = FleetController(job, provider)
+    result = ctl.run()
+    assert not result.ok and "timed out" in (result.failure or "")
+    kinds = [e["kind"] for e in result.events]
+    assert "stopping" in kinds
+    codes = {n: node.proc.returncode for n, node in provider.nodes.items()}
+    assert codes == {"g0-n0": EXIT_STOPPED, "g0-n1": EXIT_STOPPED}, codes  # they exited, not killed
+    assert provider.terminated == []  # nothing was left to kill
+    assert any((tmp_path / "ck").iterdir())  # the stop checkpoint

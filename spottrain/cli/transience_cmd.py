@@ -79,7 +79,9 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
     restart = delay.mean_s
     opt = optimal_checkpoint_interval_s(checkpoint_cost_s, m, nodes, restart_s=restart)
     yd = young_daly_interval_s(checkpoint_cost_s, mtbf / nodes)
-    cost = transience_cost(duration_s, nodes, m, checkpoint_cost_s, restart, opt, runs=COST_RUNS, seed=0)
+    runs = _cost_runs(nodes, expected_revocations(m, nodes, duration_s, replacement_delay_s=restart))
+    cost = transience_cost(duration_s, nodes, m, checkpoint_cost_s, restart, opt, runs=runs, seed=0)
+    cost["runs"] = runs
     out = {
         "cloud": m.cloud, "gpu": m.gpu, "zone": zone, "pooled_from": m.pooled_from,
         "sources": list(m.sources), "nodes_observed": m.n_nodes, "revocations_observed": m.n_revocations,
@@ -100,6 +102,24 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
                 "optimal_interval_s": opt, "young_daly_interval_s": yd, **cost},
     }
     return out, m
+
+
+COST_CELLS = 2e9
+"""Work budget of the job figures: runs x nodes x (revocations + 1) failure times scanned (a few
+seconds of numpy); beyond it the runs are lowered, down to MIN_COST_RUNS."""
+MIN_COST_RUNS = 200
+
+
+def _cost_runs(nodes: int, revocations: float) -> int:
+    """Monte Carlo runs for the job figures that fit :data:`COST_CELLS`; refuses a job that does
+    not fit even with :data:`MIN_COST_RUNS` runs, with the estimate."""
+    per_run = nodes * (2.0 * revocations + 1.0)
+    runs = int(min(COST_RUNS, COST_CELLS / per_run))
+    if runs < MIN_COST_RUNS:
+        raise InputError(f"{nodes:,} nodes with about {revocations:,.0f} expected revocations would take "
+                         f"{MIN_COST_RUNS * per_run:.2g} steps of simulation even at {MIN_COST_RUNS} runs "
+                         f"(budget {COST_CELLS:.0e}); lower --nodes or --duration", column="--nodes")
+    return runs
 
 
 def _plot(m, path: Path, force: bool) -> None:

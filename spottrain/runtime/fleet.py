@@ -76,6 +76,9 @@ class FleetJob:
     before_launch: Callable[[str], None] | None = None
     """Called with the advertised store address once the store listens, before any node is
     launched (e.g. :func:`~spottrain.runtime.cloud.check_reachable`); an exception stops the job there."""
+    stop_grace_s: float = 30.0
+    """When the controller stops before the end (Ctrl-C, SIGTERM, a failure): how long the
+    workers get to checkpoint and exit before their nodes are taken back."""
     max_launches: int = 32
     """Nodes a policy may request over the whole job (a runaway guard)."""
     timeout_s: float = 7 * 24 * 3600.0
@@ -326,7 +329,12 @@ class FleetController:
                     self._launch(g, g.count, list(range(first, first + g.count)))
             while not self._step():
                 time.sleep(self.job.poll_s)
+        except BaseException as exc:  # Ctrl-C, SIGTERM turned into an exception, a bug: stop cleanly
+            self.failed = self.failed or f"controller stopped ({type(exc).__name__})"
+            raise
         finally:
+            if not self.finished:
+                self._stop_workers()
             self.provider.shutdown()
             self.liveness.close()
             self.record("stop", failed=self.failed)
@@ -395,6 +403,19 @@ class FleetController:
             self.failed = f"timed out after {self.job.timeout_s:.0f}s"
             return True
         return False
+
+    def _stop_workers(self) -> None:
+        """Every worker checkpoints (rank 0) and exits (the heartbeat's ``stop``), for at most
+        ``stop_grace_s``; the provider then takes every node back."""
+        self.liveness.broadcast({"stop": self.failed or "controller stopping"})
+        self.record("stopping", reason=self.failed)
+        end = time.monotonic() + self.job.stop_grace_s
+        while time.monotonic() < end:
+            states = self.provider.poll()
+            if not any(st in (RUNNING, STARTING) and not self.nodes[n].gone and self.nodes[n].ready
+                       for n, st in states.items() if n in self.nodes):
+                return
+            time.sleep(0.2)
 
     def _initial_ready(self, now: float) -> bool:
         initial = [self.nodes[s] for s in self.slots]

@@ -191,7 +191,16 @@ def run(job: SkyJob, *, on_event: Callable[[str, dict[str, Any]], None] | None =
                      liveness_port=int(job.bind().rsplit(":", 1)[1]) + 1, liveness_advertise=job.liveness_address(),
                      replacement_delay_s=job.replacement_delay_s, finish_grace_s=300.0, poll_s=1.0,
                      before_launch=lambda addr: check_reachable(addr))
-    return FleetController(fleet, provider, on_event=on_event).run()
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)  # SIGTERM stops like Ctrl-C: checkpoint, exit, tear down
+    try:
+        return FleetController(fleet, provider, on_event=on_event).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _replace(job: SkyJob, **changes: Any) -> SkyJob:
