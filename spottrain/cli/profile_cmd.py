@@ -121,11 +121,15 @@ def _estimate_printer(console: Console):
     """Says what the run will cost before its costly part starts."""
 
     def show(info: dict[str, Any]) -> None:
-        console.print(
-            f"profile: expected about {format_interval(info['total_s'])} ({plural(info['steps'], 'step')} of "
-            f"batch {info['batch_size']} at ~{format_step_time(1e3 * info['step_s'])} each) and a peak of about "
-            f"{_fmt_bytes(info['memory_bytes'])} on {info['device']} (extrapolated from the probe: rough); "
-            "--batch-size, --iterations or --max-time make it shorter", highlight=False)
+        if info["step_s"] is None:
+            text = (f"profile: {plural(info['steps'], 'step')} of batch {info['batch_size']} to run on "
+                    f"{info['device']}, {_fmt_si(info['flops_per_step'], 'FLOP')} each, peak memory about "
+                    f"{_fmt_bytes(info['memory_bytes'])}; the time follows after the first step "
+                    "(--batch-size, --iterations or --max-time make it shorter)")
+        else:
+            text = (f"profile: first step {format_step_time(1e3 * info['step_s'])}: expected about "
+                    f"{format_interval(info['remaining_s'])} more for the remaining steps")
+        console.print(text, highlight=False, soft_wrap=True)
 
     return show
 

@@ -47,10 +47,11 @@ ProgressFn = Callable[[str, int, int], None]
 """``progress(phase, done, total)`` with phase ``"probe"``, ``"loss-curve"``, ``"warm-up"``, ``"measure"``."""
 
 EstimateFn = Callable[[dict[str, Any]], None]
-"""``estimate(info)`` once the probe has run, before the costly steps: ``steps`` (warm-up, loss
-curve and measured steps still to run), ``step_s`` (a step at the full batch, extrapolated
-linearly from the probe's sub-batch: a rough figure), ``total_s`` and ``memory_bytes`` (the
-estimated peak: parameters, gradients, optimizer state and the batch's activations)."""
+"""``estimate(info)``, twice: once the (cheap) probe has run, before any full step, with ``steps``
+(loss-curve, warm-up and measured steps to run), ``flops_per_step`` (forward + backward at the full
+batch), ``memory_bytes`` (estimated peak: parameters, gradients, optimizer state, activations) and
+``step_s = None``; then after the first full step with its measured ``step_s`` and
+``remaining_s`` (the steps left at that pace)."""
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 PRECISIONS = ("fp32", "amp")
@@ -401,20 +402,28 @@ def profile(
                     best = largest_fitting(fits, batch_size - 1)
                     raise _too_big(model_name, batch_size, best, dev, static_est + per_sample_est * batch_size, avail)
 
+        total_steps = loss_steps + max(warmup - loss_steps, 0 if loss_steps else 1) + iterations
+        info = {"steps": total_steps, "batch_size": batch_size, "device": dev.type.upper(),
+                "flops_per_step": (probe["flops_forward"] + probe["flops_backward"]) * batch_size,
+                "memory_bytes": static_est + per_sample_est * batch_size, "step_s": None, "remaining_s": None}
         if estimate is not None:
-            steps = loss_steps + max(warmup - loss_steps, 0 if loss_steps else 1) + iterations
-            step_s = probe_s * batch_size / max(probe_size, 1)
-            if max_time_s is not None:
-                steps = min(steps, loss_steps + max(warmup - loss_steps, 0 if loss_steps else 1)
-                            + max(3, math.ceil(max_time_s / max(step_s, 1e-9))))
-            estimate({"steps": steps, "step_s": step_s, "total_s": steps * step_s, "batch_size": batch_size,
-                      "memory_bytes": static_est + per_sample_est * batch_size, "device": dev.type.upper()})
+            estimate(dict(info))
         opt = make_optimizer(optimizer, (p for p in model.parameters() if p.requires_grad), lr)
         stepper = _Stepper(model, opt, dev, precision)
+        first_step = [True]
 
         def run_step(b: Any) -> tuple[float, float, float, Any]:
             try:
-                return stepper(b)
+                t_step = time.perf_counter()
+                out = stepper(b)
+                if first_step[0] and estimate is not None:
+                    first_step[0] = False
+                    step_s = time.perf_counter() - t_step
+                    left = total_steps - 1
+                    if max_time_s is not None:
+                        left = min(left, total_steps - iterations - 1 + max(3, math.ceil(max_time_s / max(step_s, 1e-9))))
+                    estimate({**info, "step_s": step_s, "remaining_s": left * step_s})
+                return out
             except Exception as exc:
                 if not _is_oom(exc):
                     raise
