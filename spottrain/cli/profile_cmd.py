@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spottrain.errors import InputError
-from spottrain.units import format_interval, format_step_time, plural
+from spottrain.units import format_interval, format_probability, format_step_time, plural
 
 StoreOpt = Annotated[
     Path | None,
@@ -61,8 +61,9 @@ def render_profile(p: Any, console: Console, *, title: str | None = None) -> Non
             table.add_row(f"  {phase}", f"{_ms(t.median_s)}  (IQR {_ms(t.iqr_s)}, p10-p90 {_ms(t.p10_s)}-{_ms(t.p90_s)})")
     table.add_row("throughput", f"{p.samples_per_s:,.1f} samples/s")
     peak = dev.get("peak_tflops")
-    frac = f", {p.fraction_of_peak:.1%} of peak {peak:.3g} TFLOPS" if p.fraction_of_peak is not None and peak else ", peak unknown"
-    table.add_row("achieved", f"{p.achieved_tflops:.3g} TFLOPS{frac}" if p.achieved_tflops is not None else "-")
+    frac = (f", {format_probability(p.fraction_of_peak)} of peak {_fmt_si(peak * 1e12, 'FLOP/s')}"
+            if p.fraction_of_peak is not None and peak else ", peak unknown")
+    table.add_row("achieved", f"{_fmt_si(p.achieved_tflops * 1e12, 'FLOP/s')}{frac}" if p.achieved_tflops is not None else "-")
     mem = p.memory
     if mem:
         table.add_row(
