@@ -55,18 +55,72 @@ CLI = ["plan", "--model", "resnet50", "--batch-size", "64", "--epochs", "90", "-
        "--deadline", "12h", "--no-refine"]
 
 
-def cli_cold(runs: int = 3, cli: list[str] = CLI) -> list[float]:
+SMALL = ["plan", "--model", "resnet50", "--batch-size", "32", "--epochs", "1", "--dataset-size", "1281167",
+         "--deadline", "2h"]
+"""The request of issue 18's first figure (7.3 s refined before the array engine and racing)."""
+REQUESTS = {"ResNet-50, 90 epochs, 12 h": CLI[:-1], "ResNet-50, 1 epoch, 2 h": SMALL}
+
+
+def cli_cold(runs: int = 3, cli: list[str] = CLI, cpu: list[float] | None = None) -> list[float]:
     """Wall time of whole `spottrain plan` processes (each one a cold start: imports, lifetime
-    models, perf queries, solve, baselines, Pareto front, rendering)."""
+    models, perf queries, solve, baselines, Pareto front, rendering); ``cpu`` gets each one's CPU s."""
+    import resource
     import subprocess
 
     out = []
     for _ in range(runs):
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         r = subprocess.run([sys.executable, "-m", "spottrain.cli.main", *cli], capture_output=True, text=True)
         out.append(time.perf_counter() - t)
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
         assert r.returncode == 0, r.stderr
     return out
+
+
+def import_times(cli: list[str] = CLI) -> tuple[float, list[tuple[str, float]]]:
+    """``python -X importtime`` of a `spottrain plan` process: total import time (s, sum of self
+    times) and the heaviest top-level imports (cumulative s)."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "spottrain.cli.main", *cli],
+                       capture_output=True, text=True)
+    total, top = 0.0, []
+    for line in r.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, cum_us, name = line[len("import time:"):].split("|")
+        total += int(self_us) / 1e6
+        if name.startswith(" ") and not name.startswith("   "):  # depth 1: imported by the command itself
+            top.append((name.strip(), int(cum_us) / 1e6))
+    return total, sorted(top, key=lambda x: -x[1])[:8]
+
+
+def refine_ratio(w) -> list[str]:
+    """The same refine on the same request, before (every candidate to 100 runs on the event
+    engine) and now (racing on the array engine), in this process."""
+    from spottrain.planner.refine import refine
+
+    kw = dict(samples=SAMPLES, deadline_s=12 * 3600)
+    r = plan(w, **kw)
+    rows = []
+    for name, opts in (("before: event engine, 100 runs each", dict(first_runs=100, engine="event")),
+                       ("now: racing on the array engine", dict())):
+        t0, c0 = time.perf_counter(), time.process_time()
+        ref = refine(r, r.context, runs=100, workers=1, **opts)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        conf = "-" if ref.confidence_chosen is None else f"{100 * ref.confidence_chosen:.1f}%"
+        rows.append((name, wall, cpu, ref.total_runs, ref.plan.label, ref.chosen.mean_cost_usd, conf))
+    lines = ["| refine | wall s | CPU s | simulated runs | chosen | its mean simulated cost | confidence it is the best |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines += [f"| {n} | {w_:.2f} | {c:.2f} | {k:,} | {lab} | ${cost:,.2f} | {conf} |"
+              for n, w_, c, k, lab, cost, conf in rows]
+    same = rows[0][4] == rows[1][4]
+    lines += ["", f"Same chosen plan: **{'yes' if same else 'no'}**; CPU ratio before / now: "
+              f"**{rows[0][2] / max(rows[1][2], 1e-9):.1f}x**."]
+    return lines
 
 
 def pareto_latency(catalog, w, runs: int = 3) -> tuple[float, float, int, int]:
@@ -81,6 +135,49 @@ def pareto_latency(catalog, w, runs: int = 3) -> tuple[float, float, int, int]:
         full.append(time.perf_counter() - t)
     mixes = sum(" + " in p["label"] for p in r.pareto)
     return min(base), min(full), len(r.pareto), mixes
+
+
+def racing_vs_full(runs: int = 200) -> list[str]:
+    """bench/plan_quality.py's requests and held-out zones: the refine of before (every candidate
+    to 100 runs) against racing (a quarter of the runs, more for those in contention), both on the
+    array engine, each choice scored on the held-out zone's trace like plan_quality scores it."""
+    import plan_quality as pq
+
+    from spottrain.planner.refine import refine
+    from spottrain.sim.hindsight import simulate_plans
+
+    lines = ["| request | deadline | held out | full refine: plan | $ | met | s | racing: plan | $ | met | s | runs "
+             "(racing / full) | confidence | racing no worse |",
+             "| --- | ---: | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    same = better = 0
+    n = 0
+    for req in pq.REQUESTS:
+        w = Workload.from_zoo(req.model, req.batch_size)
+        result = plan(w, samples=req.samples, deadline_s=req.deadline_h * 3600, confidence=pq.CONFIDENCE,
+                      clouds=["aws"], regions=["us-west-2"], instance_types=list(pq.TYPES), max_nodes=pq.MAX_NODES)
+        for zs in pq.TRACE_SETS:
+            got = []
+            for opts in (dict(first_runs=100), dict()):
+                t0 = time.perf_counter()
+                ref = refine(result, result.context, runs=100, seed=1, exclude=[zs], **opts)
+                dt = time.perf_counter() - t0
+                scored = simulate_plans([ref.plan if not ref.timed_out else result.best], trace_for=pq.trace_for(zs),
+                                        runs=runs)[0]
+                got.append((ref, dt, scored))
+            (rf, tf_, sf), (rr, tr, sr) = got
+            n += 1
+            same += rf.plan.label == rr.plan.label
+            ok = sr.mean_cost_usd <= sf.mean_cost_usd * (1 + 1e-9) and sr.met_rate >= min(sf.met_rate, pq.CONFIDENCE)
+            better += ok
+            conf = "-" if rr.confidence_chosen is None else f"{100 * rr.confidence_chosen:.0f}%"
+            lines.append(f"| {req.name} | {req.deadline_h:g} h | {zs} | {rf.plan.label} | {sf.mean_cost_usd:,.1f} | "
+                         f"{100 * sf.met_rate:.0f}% | {tf_:.1f} | {rr.plan.label} | {sr.mean_cost_usd:,.1f} | "
+                         f"{100 * sr.met_rate:.0f}% | {tr:.1f} | {rr.total_runs:,} / {rf.total_runs:,} | {conf} | "
+                         f"{'yes' if ok else '**no**'} |")
+            print(lines[-1], flush=True)
+    lines += ["", f"Same plan as the full refine on **{same}/{n}** rows; racing's choice costs the same or less on "
+              f"the held-out trace, with the deadline met as often (or >= 95%), on **{better}/{n}**."]
+    return lines
 
 
 def exhaustive(ctx, mask):
@@ -111,12 +208,23 @@ def small(catalog, w):
 
 
 def main() -> int:
-    cli = cli_cold()
+    import os
+
+    load0 = os.getloadavg()[0]
+    cli_cpu: list[float] = []
+    cli = cli_cold(cpu=cli_cpu)
     print(f"cold CLI wall: {', '.join(f'{t:.2f}' for t in cli)} s")
-    cli_refined = cli_cold(1, CLI[:-1])  # the default: refined by simulation
-    print(f"cold CLI wall, refined (default): {cli_refined[0]:.2f} s")
+    refined = {}
+    for name, req in REQUESTS.items():  # the default: refined by simulation
+        cpu: list[float] = []
+        refined[name] = (cli_cold(3, req, cpu), cpu)
+        print(f"cold CLI wall, refined (default), {name}: {', '.join(f'{t:.2f}' for t in refined[name][0])} s")
+    imp_total, imp_top = import_times()
     catalog = load_catalog()
     w = Workload.from_zoo("resnet50", 64)
+    rr = refine_ratio(w)
+    print("\n".join(rr))
+    rq = racing_vs_full()
     cold, times, rows = latency(catalog, w)
     base, full, n_front, n_mix = pareto_latency(catalog, w)
     print(f"pareto: {base:.3f} s without, {full:.3f} s with the front ({n_front} points, {n_mix} mixes)")
@@ -153,12 +261,27 @@ def main() -> int:
         "(goal <= 0.1 s; anchors: spotDNN 0.2-0.3 s at 70 instances, Srifty's exhaustive search up to 1,500 s)", "",
         *lines, "",
         "## Cold start of the command", "",
+        f"Load average when this script started: {load0:.1f} (2 cores, shared): wall seconds include waiting for a "
+        "core; CPU seconds do not.", "",
         f"`spottrain plan {' '.join(CLI[1:])}` as a fresh process, {len(cli)} runs: "
-        f"**{statistics.median(cli):.2f} s** median wall ({', '.join(f'{t:.2f}' for t in cli)} s), "
-        "goal < 3 s. Before the shipped lifetime fits (tools/fit_lifetimes.py) the same command took 5.6 s "
-        "on this machine, 4.3 s of it in bathtub-model fits. The same command without `--no-refine` (the default: "
-        "the best candidates simulated on real traces, see docs/plan.md) took "
-        f"**{cli_refined[0]:.2f} s** in the same run.", "",
+        f"**{statistics.median(cli):.2f} s** median wall ({', '.join(f'{t:.2f}' for t in cli)} s; CPU "
+        f"{', '.join(f'{t:.2f}' for t in cli_cpu)} s), goal <= 1 s.", "",
+        "Default (refined by simulation: racing on the array engine, see docs/simulate.md), 3 fresh processes each, "
+        "goal <= 2 s wall (median):", "",
+        "| request | median wall s | walls s | CPU s |", "| --- | ---: | --- | --- |",
+        *[f"| {name} | **{statistics.median(ws):.2f}** | {', '.join(f'{t:.2f}' for t in ws)} | "
+          f"{', '.join(f'{t:.2f}' for t in cs)} |" for name, (ws, cs) in refined.items()], "",
+        f"Imports (`python -X importtime`, the `--no-refine` command): {imp_total:.2f} s in all; heaviest "
+        "top-level imports (cumulative): " + ", ".join(f"{n} {t:.2f} s" for n, t in imp_top) + ".", "",
+        "## Refine: before and now, same request, same process", "",
+        "ResNet-50, 90 epochs, deadline 12 h, every shipped trace; up to 100 runs per candidate.", "",
+        *rr, "",
+        "## Racing against the full refine on the plan-quality requests", "",
+        "bench/plan_quality.py's 10 rows (requests x held-out zone, its planner restrictions): refine with every "
+        "candidate at 100 runs (today's refine before racing) and racing (25 runs each, doubling for those in "
+        "contention, up to 100), both on the array engine, seed 1, every trace of the held-out zone excluded; each "
+        "choice then scored on the held-out zone's trace (200 runs) as plan_quality.py scores it.", "",
+        *rq, "",
         "## Pareto front", "",
         f"Warm plan without the front: {base:.3f} s; with the front (homogeneous columns of both markets "
         f"plus the fastest plan within {4} budgets swept over the front, mixes included): **{full:.3f} s**; "
