@@ -182,9 +182,12 @@ def test_predict_from_store_moves_to_the_measured_value(gpu_store, capsys):
     assert code == 0
     used = json.loads(out)["throughput"]
     assert used == pytest.approx(measured, rel=0.03)
+    (row,) = json.loads(out)["from_store"]["rows"]
+    assert row["run_id"] == "synthetic-v100-run" and row["relation"] == "same cluster"
+    assert row["throughput"] == pytest.approx(measured)
     assert f"using 1 measured row from your runs in {path}" in err and "synthetic-v100-run" in err
     code, out, err = run_cli(capsys, *args, "--no-from-store")
-    assert code == 0 and "measured row" not in err
+    assert code == 0 and "measured row" not in err and "from_store" not in json.loads(out)
     assert json.loads(out)["throughput"] == pytest.approx(base, rel=1e-6)
     # A configuration not measured moves in the same direction.
     code, out, _ = run_cli(capsys, "predict", "--model", "resnet50", "--batch-size", "64", "--cluster", "1xV100:8", "--json")

@@ -137,7 +137,7 @@ def predict(
         pred = predict_throughput(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=fitted)
     if as_json:
         print(json.dumps({"model": workload.model, "batch_size": workload.batch_size, "cluster": cluster, "ps": ps,
-                          "sync": sync, **pred.to_dict()}, indent=1))
+                          "sync": sync, **pred.to_dict(), **({"from_store": own.to_dict()} if own else {})}, indent=1))
         return
     notes = list(pred.notes) or [str(w.message) for w in caught]
     if notes:  # one line

@@ -55,6 +55,14 @@ class OwnRuns:
     def __bool__(self) -> bool:
         return bool(self.rows)
 
+    def to_dict(self) -> dict:
+        """What ``--json`` output says about the rows used."""
+        return {"store": str(self.store_path), "rows": [
+            {"run_id": m.extra.get("run_id"), "model": m.model, "batch_size": m.batch_size, "cluster": str(m.cluster),
+             "throughput": m.throughput, "step_time_s": m.step_time_s, "sync_time_s": m.sync_time_s,
+             "relation": m.extra.get("relation"), "measured_at": m.extra.get("measured_at")} for m in self.rows],
+                "skipped": list(self.skipped)}
+
     def describe(self, *, limit: int = 3) -> str:
         """The one line a command prints: ``using 3 measured rows from your runs in PATH: ...``."""
         n = len(self.rows)
