@@ -31,8 +31,9 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same results.")] = 0,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: up to 4 for large runs).")] = None,
     alternatives: Annotated[int | None, typer.Option(
-        "--alternatives", help="Other instance types replace-cheapest may buy: the N best of the plan's "
-        "alternatives or of the catalog (default 4; 0: only the plan's types).")] = None,
+        "--alternatives", help="Other instance types a policy that buys them (replace-cheapest, deadline-cheapest: "
+        "add them with --policy) is offered: the N best of the plan's alternatives or of the catalog, at most 2x the "
+        "price of the plan's spot node (default 4; 0: only the plan's types). No effect on the other policies.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON to stdout.")] = False,
     report: Annotated[Path | None, typer.Option(help="Write an HTML report (distributions, timeline).")] = None,
     timeline: Annotated[Path | None, typer.Option(help="Write a PNG timeline of one run of the first policy.")] = None,
@@ -105,11 +106,33 @@ def simulate(
     console.print(table)
     for note in res.notes:
         console.print(note, style="dim", highlight=False)
+    if alternatives is not None:
+        console.print(_alternatives_note(the_plan, [s.policy for s in res.summaries], alternatives), highlight=False)
     console.print(f"{res.runs * len(res.summaries)} runs in {res.elapsed_s:.1f} s (seed {res.seed}).", style="dim")
     if timeline is not None:
         console.print(f"timeline: {timeline}", style="dim")
     if report is not None:
         console.print(f"report: {report}", style="dim")
+
+
+def _alternatives_note(plan, policies: list[str], n: int) -> str:
+    """What ``--alternatives N`` did: which policies it reached and which types they were offered."""
+    from spottrain.policies import get_policy
+    from spottrain.sim.markets import PRICE_SCALE, resolve_alternatives
+    from spottrain.units import plural
+
+    buyers = [p for p in policies if getattr(get_policy(p), "buys_other_types", False)]
+    if not buyers:
+        return (f"--alternatives {n} had no effect: none of the simulated policies ({', '.join(policies)}) buys other "
+                "instance types; add --policy replace-cheapest or --policy deadline-cheapest")
+    if not any(g.spot for g in plan.groups):
+        return f"--alternatives {n} had no effect: the plan has no spot nodes to replace"
+    alts = resolve_alternatives(plan, () if n == 0 else None, n)
+    if not alts:
+        return (f"--alternatives {n}: no other instance type of the plan's region at most {PRICE_SCALE:g}x the price of "
+                f"its spot node; {', '.join(buyers)} bought only the plan's types")
+    names = ", ".join(f"{a['instance_type']} (${a['price_usd_per_hour']:.2f}/h)" for a in alts)
+    return f"--alternatives {n}: {', '.join(buyers)} could buy {plural(len(alts), 'other type')}: {names}"
 
 
 def _write_report(path: Path, plan, res, one, force: bool) -> None:

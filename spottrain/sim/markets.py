@@ -54,16 +54,34 @@ class NodeType:
 # ---------------------------------------------------------------- which other instance types
 def resolve_alternatives(plan, alternatives=None, limit: int = 4) -> list[dict]:
     """The alternatives as given (``()``: none), else the first ``limit`` of
-    ``plan.extra['alternatives']``, else the ``limit`` best derived from the catalog."""
+    ``plan.extra['alternatives']``, else the ``limit`` best derived from the catalog; those two
+    keep only alternatives at the job's price scale (:func:`within_price_scale`)."""
     if not any(g.spot for g in plan.groups):
         return []
     if alternatives is None:
         alternatives = plan.extra.get("alternatives")
         if alternatives is None:
-            alternatives = _deps.alternative_offers(plan, limit)
-        else:
-            alternatives = list(alternatives)[:max(limit, 0)]
+            # ask for more than ``limit``: some may be beyond the job's price scale
+            alternatives = _deps.alternative_offers(plan, max(limit, 0) * 4)
+        alternatives = [a for a in alternatives if within_price_scale(plan, a)][:max(limit, 0)]
     return list(alternatives)
+
+
+PRICE_SCALE = 2.0
+"""An alternative a policy is offered costs at most this multiple of the dearest spot node of the
+plan (per node and hour): replacing a $3/h node by a $98/h one is not a replacement the plan's
+budget was sized for (the same factor as the policies' cost-per-sample cap,
+:data:`spottrain.policy_base.REPLACE_MAX_COST_RATIO`)."""
+
+
+def within_price_scale(plan, alternative: dict) -> bool:
+    """Whether ``alternative`` (a dict with ``price_usd_per_hour``) is at the job's price scale; one
+    named without a price (its price comes from the catalog, :func:`alternative_groups`) is kept."""
+    top = max((g.price_usd_per_hour for g in plan.groups if g.spot), default=0.0)
+    price = alternative.get("price_usd_per_hour")
+    if price is None or not top > 0:
+        return True
+    return float(price) <= PRICE_SCALE * top
 
 
 def alternative_groups(plan, alternatives=None, limit: int = 4) -> list:
