@@ -91,8 +91,12 @@ def _print_summary(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from spottrain.units import format_duration, format_probability
+
     console = Console()
-    table = Table(title="spottrain demo")
+    cfg = result.get("config", {})
+    table = Table(title=f"spottrain demo: {cfg.get('model')}, {cfg.get('epochs', 0):g} epochs, deadline "
+                        f"{format_duration(cfg.get('deadline_s', 0))} at {format_probability(cfg.get('confidence'))}")
     for col in ("stage", "status", "seconds", "result"):
         table.add_column(col)
     for st in result["stages"].values():
@@ -111,7 +115,9 @@ def _print_summary(result: dict) -> None:
 def _fmt(v) -> str:
     if v is None:
         return "-"
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+    return str(v)
 
 
 def _headline(st: dict) -> str:
@@ -128,8 +134,13 @@ def _headline(st: dict) -> str:
     if key == "transience":
         return f"{len(d['rows'])} lifetime models fitted"
     if key == "plan":
+        from spottrain.units import format_duration, format_probability, format_usd
+
         c = d.get("chosen") or {}
-        return f"{d.get('label')}: {c.get('duration_s', 0) / 3600:.2f} h, ${c.get('cost_usd', 0):.2f}"
+        ev = (d.get("headline") or {}).get("evidence", {}).get("title", "")
+        return (f"{d.get('label')}: {format_duration(c.get('duration_s', 0))}, {format_usd(c.get('cost_usd', 0))}, "
+                f"P(deadline {format_duration(d.get('deadline_s', 0))}) {format_probability(c.get('p_meet_deadline'))} "
+                f"(analytical model" + (f"; evidence {ev})" if ev else ")"))
     if key == "simulate":
         return d.get("headline", "")
     if key == "run":

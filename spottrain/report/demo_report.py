@@ -83,28 +83,51 @@ def _plan(r: Report, result: dict[str, Any]) -> None:
     if data is None:
         r.add_unavailable(SECTION_TITLES["plan"], why)
         return
-    c = data.get("chosen") or {}
+    from spottrain.report.document import table_html
+    from spottrain.units import format_count, format_duration, format_interval, format_probability, format_usd
+
     plan = data.get("plan") or {}
     pred = plan.get("prediction", {})
+    frag = ""
+    hl = data.get("headline")
+    if hl:
+        from spottrain.planner.html import headline_html
+
+        frag += headline_html(hl)
+    sim, _ = _stage(result, "simulate")
+    revs = (sim or {}).get("revocations")
+    if revs:
+        frag += ("<h3>Revocations: analytical model and simulation side by side</h3>"
+                 + table_html([
+                     {"source": "analytical model (planner)", "expected revocations": format_count(revs["analytical"]),
+                      "how": "each spot node revoked at the constant rate 1 / mean lifetime of its fitted law"},
+                     {"source": f"simulation, plan's policy {revs['policy']}",
+                      "expected revocations": format_count(revs["simulated_plan_policy"]),
+                      "how": f"{revs['runs']} runs; node lifetimes drawn from the fitted laws themselves"},
+                     {"source": "simulation, every policy",
+                      "expected revocations": f"{format_count(revs['simulated_low'])}-{format_count(revs['simulated_high'])}",
+                      "how": "mean per policy, same runs (replacements are revoked too)"}])
+                 + "<p>The two differ for a reason: the planner prices revocations at a law's mean rate, "
+                   "while the simulator draws each node's lifetime from the fitted law, whose hazard is not "
+                   "constant (and a policy that replaces revoked nodes exposes more nodes). The plan was chosen "
+                   "on the analytical model; the simulation is the check.</p>")
     rows = [{"quantity": k, "value": v} for k, v in (
         ("cluster", data.get("label")),
-        ("samples to train", data["samples_total"]),
-        ("expected time (h)", c.get("duration_s", 0) / HOUR_S if c else None),
-        ("95th percentile time (h)", (c.get("duration_p95_s") or 0) / HOUR_S if c.get("duration_p95_s") else None),
-        ("expected cost (USD)", c.get("cost_usd")),
-        ("95th percentile cost (USD)", c.get("cost_p95_usd")),
-        ("P(meet deadline)", c.get("p_meet_deadline")),
-        ("deadline (h)", data["deadline_s"] / HOUR_S),
+        ("samples to train", f"{data['samples_total']:,.0f}"),
+        ("deadline", f"{format_duration(data['deadline_s'])} at {format_probability(data.get('confidence'))}"),
         ("bottleneck", pred.get("bottleneck")),
-        ("expected revocations", pred.get("expected_revocations")),
-        ("checkpoint interval (s)", plan.get("checkpoint_interval_s")),
-        ("recovery policy", plan.get("policy")))]
-    from spottrain.report.document import table_html
+        ("checkpoint interval", format_interval(plan["checkpoint_interval_s"]) if plan.get("checkpoint_interval_s") else None),
+        ("recovery policy (plan, simulation and local run)", plan.get("policy")))]
 
     baselines = [{k: v for k, v in b.items() if not k.startswith("_")} for b in data.get("baselines", [])]
     if baselines and not any(b.get("note") for b in baselines):
         baselines = [{k: v for k, v in b.items() if k != "note"} for b in baselines]
-    frag = table_html(rows)
+    for b in baselines:
+        if "P(meet deadline)" in b:
+            b["P(meet deadline)"] = format_probability(b["P(meet deadline)"]) if b["P(meet deadline)"] is not None else None
+        if b.get("expected cost (USD)") is not None:
+            b["expected cost (USD)"] = format_usd(b["expected cost (USD)"])
+    frag += table_html(rows)
     if baselines:
         frag += ("<h3>Baselines</h3><p>The same job as other systems would run it, assessed with the same "
                  "throughput and revocation models.</p>" + table_html(baselines))
@@ -124,8 +147,11 @@ def _pareto(r: Report, result: dict[str, Any]) -> None:
             f"training time (including expected revocation losses) against expected cost. The Pareto front holds "
             f"the clusters no other cluster beats on both; the baselines are other systems' choices for the same "
             f"job, assessed with the same models. Both axes are logarithmic when the points span a wide range.")
-    rows = [{"plan": p["label"], "expected time (h)": p["duration_s"] / HOUR_S, "expected cost (USD)": p["cost_usd"],
-             "P(meet deadline)": p.get("p_meet_deadline")} for p in [data["chosen"], *(data.get("runners_up") or [])]]
+    from spottrain.units import format_duration, format_probability, format_usd
+
+    rows = [{"plan": p["label"], "expected time": format_duration(p["duration_s"]),
+             "expected cost": format_usd(p["cost_usd"]), "P(meet deadline)": format_probability(p.get("p_meet_deadline"))}
+            for p in [data["chosen"], *(data.get("runners_up") or [])]]
     r.add_section(SECTION_TITLES["pareto"], text=text, plots=[plot], table=rows)
 
 
@@ -162,10 +188,26 @@ def _simulate(r: Report, result: dict[str, Any]) -> None:
     if data is None or not data.get("per_policy"):
         r.add_unavailable(SECTION_TITLES["simulate"], why or "the simulator returned no per-policy distributions")
         return
+    from spottrain.units import format_count, format_rate, format_usd
+
     plan, _ = _stage(result, "plan")
     deadline = plan["deadline_s"] if plan else None
+    runs = (data.get("revocations") or {}).get("runs")
+    table = []
+    for row in data.get("table") or []:
+        row = dict(row)
+        for k in ("deadline met", "finished"):
+            if row.get(k) is not None:
+                row[k] = format_rate(row[k], runs=runs)
+        for k in ("cost mean (USD)", "cost p95 (USD)"):
+            if row.get(k) is not None:
+                row[k] = format_usd(row[k])
+        for k in ("revocations (mean)", "replacements (mean)"):
+            if row.get(k) is not None:
+                row[k] = format_count(row[k])
+        table.append(row)
     r.add_section(SECTION_TITLES["simulate"], text=data.get("note", ""),
-                  plots=[distribution_plot(data["per_policy"], deadline_s=deadline)], table=data.get("table"))
+                  plots=[distribution_plot(data["per_policy"], deadline_s=deadline)], table=table)
 
 
 def _run(r: Report, result: dict[str, Any]) -> None:

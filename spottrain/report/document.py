@@ -65,6 +65,10 @@ def _fmt_cell(value: Any) -> str:
     if isinstance(value, float):
         if value != value:  # NaN
             return "&mdash;"
+        if value in (float("inf"), float("-inf")):
+            return "&infin;" if value > 0 else "-&infin;"
+        if 0 < abs(value) < 0.001:  # never scientific notation in a report ("1.2e-27")
+            return "&lt; 0.001" if value > 0 else "&gt; -0.001"
         if abs(value) >= 1000 or value == int(value):
             return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
         return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"

@@ -82,7 +82,8 @@ def pareto_plot(
     ax.set_xlabel("expected training time (hours)")
     ax.set_ylabel("expected cost (USD)")
     ax.set_title("Cost vs time of candidate clusters")
-    ax.legend(fontsize=8, loc="best")
+    # beside the axes: inside, the legend would cover points or the deadline line
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return Plot(png=_png(fig), alt="Scatter of expected cost (USD) against expected training time (hours) "
                 "for candidate clusters, with the Pareto front, the baselines and the chosen plan.")
 
@@ -126,6 +127,10 @@ def lifetime_plot(curves: Sequence[Mapping[str, Any]], *, horizon_h: float | Non
     return Plot(png=_png(fig), alt="Survival curves: probability a node is still running against its lifetime in hours.")
 
 
+LOG_SPAN = 10.0
+"""Largest max/min ratio of a box plot's values shown on a linear axis."""
+
+
 def distribution_plot(
     per_policy: Mapping[str, Mapping[str, Sequence[float]]],
     *,
@@ -133,7 +138,9 @@ def distribution_plot(
     budget_usd: float | None = None,
 ) -> Plot:
     """Box plots of simulated cost and makespan per policy: ``{policy: {"cost_usd": [...],
-    "duration_s": [...]}}`` (one value per Monte Carlo run)."""
+    "duration_s": [...]}}`` (one value per Monte Carlo run). The cost axis turns logarithmic when
+    the costs span more than :data:`LOG_SPAN` (one on-demand outlier would squash every box), and
+    the legends sit below the axes, clear of the deadline and budget lines."""
     fig, (ax_cost, ax_time) = _figure(9.0, max(3.0, 0.45 * len(per_policy) + 1.6), ncols=2)
     names = list(per_policy)
     for ax in (ax_cost, ax_time):
@@ -143,13 +150,17 @@ def distribution_plot(
     ax_time.boxplot([[d / 3600 for d in per_policy[n]["duration_s"]] for n in names], orientation="horizontal",
                     tick_labels=names, showfliers=True, flierprops={"markersize": 2})
     ax_time.set_yticklabels([])
+    costs = [c for n in names for c in per_policy[n]["cost_usd"] if c > 0]
+    log_cost = bool(costs) and max(costs) / min(costs) > LOG_SPAN
+    if log_cost:
+        ax_cost.set_xscale("log")
     if budget_usd:
         ax_cost.axvline(budget_usd, color="#b91c1c", linestyle="--", linewidth=1, label="budget")
-        ax_cost.legend(fontsize=8)
+        ax_cost.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
     if deadline_s:
         ax_time.axvline(deadline_s / 3600, color="#b91c1c", linestyle="--", linewidth=1, label="deadline")
-        ax_time.legend(fontsize=8)
-    ax_cost.set_xlabel("simulated cost (USD)")
+        ax_time.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    ax_cost.set_xlabel("simulated cost (USD" + (", log scale)" if log_cost else ")"))
     ax_cost.set_ylabel("recovery policy")
     ax_time.set_xlabel("simulated makespan (hours)")
     runs = max((len(v["cost_usd"]) for v in per_policy.values()), default=0)
