@@ -634,7 +634,7 @@ def refine(
     certainty = None if timed_out else race.confidence(best_k)
     if not timed_out:
         notes.append(f"racing: {first} runs per candidate, up to {runs} for those in contention "
-                     f"({race.total_runs} runs in all, {len(race.alive)} candidates to the end)"
+                     f"({race.total_runs} runs in all, {len(race.alive)} candidate{'s' if len(race.alive) != 1 else ''} to the end)"
                      + ("" if certainty is None else
                         f"; confidence {certainty:.1%} that the chosen plan is the best one meeting the request"))
     fallback = tuple(sorted(k for k, v in avail.pools.items() if not v))
