@@ -60,16 +60,42 @@ def test_scale_lr_scales_with_world_size(monkeypatch: pytest.MonkeyPatch) -> Non
     assert t.sampler.samples_seen == 16
 
 
-def test_user_bug_is_raised_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SPOTTRAIN_RDZV", raising=False)
-    t = build_trainer("mlp", TrainConfig(steps=2, global_batch_size=8))
+@pytest.mark.timeout(60)  # a misclassified error re-forms the group and waits for a generation forever
+def test_user_error_that_reads_like_a_lost_peer_is_raised_not_retried(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An elastic worker (a real c10d store as its controller's, one member) whose training code
+    raises a RuntimeError, the type gloo raises when a peer's connection closes: the controller
+    confirms no membership change, so the trainer's classifier fails the job with the error and
+    reports it, instead of re-forming the group and retrying the step."""
+    import json
+    from datetime import timedelta
 
-    def bad_loss(model, batch):
-        raise ValueError("shape mismatch in user code")
+    import torch.distributed as dist
 
-    t.loss_fn = bad_loss
-    with pytest.raises(ValueError, match="user code"):
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    store.set("gen", "0")
+    store.set("gen/0/members", json.dumps(["w0"]))
+    monkeypatch.setenv("SPOTTRAIN_RDZV", f"127.0.0.1:{store.port}")
+    monkeypatch.setenv("SPOTTRAIN_WORKER_ID", "w0")
+    monkeypatch.delenv("SPOTTRAIN_LIVENESS", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    t = build_trainer("mlp", TrainConfig(steps=6, global_batch_size=8, confirm_s=0.5, rejoin_timeout_s=2.0,
+                                         run_dir=str(tmp_path)))
+    inner, calls = t.loss_fn, []
+
+    def loss_fn(model, batch):
+        calls.append(t.step)
+        if t.step == 2:
+            raise RuntimeError("Connection reset by peer (gloo timed out)")
+        return inner(model, batch)
+
+    t.loss_fn = loss_fn
+    with pytest.raises(RuntimeError, match="reset by peer"):
         t.fit()
+    assert calls == [0, 1, 2]  # step 2 ran once: no re-formed group retried it
+    assert json.loads(store.get("error/w0"))["type"] == "builtins.RuntimeError"
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "events-w0.jsonl").read_text().splitlines()]
+    assert "gen" in kinds and "reform" not in kinds
 
 
 def test_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:

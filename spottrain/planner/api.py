@@ -245,7 +245,16 @@ def infeasible_message(ctx: Context, mask: np.ndarray) -> str:
                         f"{format_duration(c.time_mean_s)})")
             return (f"budget ${lim.budget_usd:,.2f} is below the cheapest plan: ${c.cost_usd:,.2f} on "
                     f"{describe(ctx, c)} ({format_duration(c.time_mean_s)}); raise --budget")
-    return "no plan satisfies the constraints (on-demand anchor, quotas, PS capacity); relax them"
+    if lim.hard_cap_usd is not None:
+        c = _best_unconstrained(ctx, mask, "cost_p95_usd")
+        if c is not None and c.cost_p95_usd > lim.hard_cap_usd:
+            return (f"--hard-cap ${lim.hard_cap_usd:,.2f} is below the lowest p95 cost of any plan: "
+                    f"${c.cost_p95_usd:,.2f} on {describe(ctx, c)}; raise --hard-cap")
+        if c is not None and lim.deadline_s is not None:
+            return (f"no plan meets the deadline with a p95 cost within --hard-cap ${lim.hard_cap_usd:,.2f}; raise "
+                    f"--hard-cap or relax --deadline (lowest p95 cost overall: ${c.cost_p95_usd:,.2f} on "
+                    f"{describe(ctx, c)}, {format_duration(c.time_mean_s)})")
+    return "no plan satisfies the constraints (on-demand anchor, quotas, PS capacity, hard cap); relax them"
 
 
 def explain(ctx: Context, best: Outcome, base: dict[str, Any], runners: list[Outcome]) -> str:
