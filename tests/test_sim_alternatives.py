@@ -3,6 +3,7 @@
 import pytest
 
 from sim_plans import make_plan, write_trace
+from spottrain.clouds import VM_STARTUP_S
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.policies import register_policy, replace_cheapest
 from spottrain.sim import _deps, markets, sources
@@ -10,7 +11,6 @@ from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_markets, make_setup, simulate
 
-STARTUP_AWS = 150.0
 ALT_PRICE = 0.5
 OUTAGE_END_S = 40_000.0
 
@@ -206,7 +206,7 @@ def test_deadline_cheapest_moves_back_to_v100_when_its_market_returns(tmp_path):
     keys = [(t, k) for t, k in ours.timeline["membership_keys"]]
     assert (("K80", 1, 4),) in [k for _, k in keys] and keys[-1][1] == (("V100", 1, 4),)
     back = min(t for t, k in keys if k == (("V100", 1, 4),) and t > 2000.0)
-    assert 5000.0 <= back <= 5000.0 + 300.0 + 150.0 + 70.0  # next tick, start-up, restart
+    assert 5000.0 <= back <= 5000.0 + 300.0 + VM_STARTUP_S + 70.0  # next tick, start-up, restart
     # the K80s bridged the outage: no on-demand, sooner and cheaper than waiting for V100
     assert ours.makespan_s < margin.makespan_s and ours.cost_usd < margin.cost_usd
 

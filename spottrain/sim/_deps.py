@@ -10,19 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from spottrain.catalog import gpu_label
+from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, VM_STARTUP_S
 from spottrain.errors import UnknownNameError
 from spottrain.plan import Plan
 
 NOTICE_S = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
 """Preemption notice per cloud (AWS two-minute warning, GCP/Azure 30 s)."""
 
-GCP_CAP_S = 24 * 3600.0
-"""GCP stops every preemptible VM after 24 h."""
-
-# VM start-up (provisioning + staging + booting) when no fitted replacement-delay model exists.
-# GCP: CM-DARE's measured K80/P100 start-up phases (processed_data/startup_time) are 60-110 s;
-# AWS: p3/g4dn instances usually reach SSH in 2-3 minutes.
-_STARTUP_S = {"aws": 150.0, "gcp": 90.0, "azure": 150.0}
+GCP_CAP_S = GCP_PREEMPTIBLE_CAP_S
+"""GCP stops every preemptible VM after 24 h (:data:`spottrain.clouds.GCP_PREEMPTIBLE_CAP_S`)."""
 
 
 # ---------------------------------------------------------------- traces
@@ -68,7 +64,9 @@ def replacement_sampler(cloud: str, gpu: str, spot: bool) -> tuple[Callable[[int
 
 
 def startup_s(cloud: str) -> float:
-    return _STARTUP_S.get(cloud, 150.0)
+    """VM start-up (s) on ``cloud`` when no fitted replacement delay is asked for: the measured
+    :data:`spottrain.clouds.VM_STARTUP_S`, the same on every cloud (the only start-up times shipped)."""
+    return VM_STARTUP_S
 
 
 # ---------------------------------------------------------------- throughput
