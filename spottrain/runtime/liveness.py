@@ -248,6 +248,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name="spottrain-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
+        _wake_on_parent_death()
         self._connect()
         self._thread.start()
         return self
@@ -334,3 +335,19 @@ class Heartbeat:
             if self._sock is sock:
                 self._sock = None
         sock.close()
+
+
+def _wake_on_parent_death() -> None:
+    """Ask Linux to send this process SIGCONT when its parent (the launcher, where it started
+    the worker itself) dies: a worker that is stopped (SIGSTOP) when its controller goes away
+    wakes up, finds the controller gone and exits, instead of staying behind stopped. A running
+    worker ignores SIGCONT. Best effort: nothing happens elsewhere."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGCONT), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

@@ -600,10 +600,13 @@ class _Controller:
             return
         w.lost = True
         self.liveness.fence(w.wid, why)
-        try:
-            w.proc.kill()  # what a real controller does to a node it gave up on: terminate it
-        except ProcessLookupError:
-            pass
+        if w.host is None or w.host.up:
+            # what a real controller does to a node it gave up on: terminate it. A host that is
+            # cut off cannot be reached: its worker stops by itself (no word from the controller).
+            try:
+                w.proc.kill()
+            except ProcessLookupError:
+                pass
         self.record("exit", worker=w.wid, slot=w.slot, code=code, how="lost", detail=why, fault_t=w.fault_t)
         if self.finished:
             return
