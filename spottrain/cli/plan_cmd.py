@@ -332,6 +332,8 @@ def _render_refinement(console, ref, top: int = 8) -> None:
 
     from spottrain.units import format_duration
 
+    from spottrain.units import format_rate, format_usd
+
     chosen = ref.plan.label
     t = Table(title=f"Simulated candidates (up to {ref.runs} runs each, {ref.total_runs:,} in all, {ref.seconds:.1f} s): "
                     "cheapest meeting the request in simulation is chosen")
@@ -341,14 +343,16 @@ def _render_refinement(console, ref, top: int = 8) -> None:
     ranked = sorted(ref.candidates, key=lambda c: (not c.eligible, c.mean_cost_usd))[:top]
     for c in ranked:
         name = f"[bold]{c.label}[/] (chosen)" if c.label == chosen else c.label
-        met = "-" if c.met_rate is None else f"{100 * c.met_rate:.1f}%"
-        t.add_row(name, c.origin, f"${c.predicted_cost_usd:,.2f}", f"${c.mean_cost_usd:,.2f} / ${c.p95_cost_usd:,.2f}",
+        met = format_rate(c.met_rate)
+        t.add_row(name, c.origin, format_usd(c.predicted_cost_usd), f"{format_usd(c.mean_cost_usd)} / {format_usd(c.p95_cost_usd)}",
                   format_duration(c.mean_duration_s) if c.mean_duration_s < float("inf") else "-", met, str(c.runs),
                   c.availability)
     console.print(t)
     verdict = ("refine ran out of its time budget: the analytical plan is kept" if ref.timed_out
                else f"simulation changed the plan: {ref.analytical.label} -> {chosen}" if ref.changed
                else "simulation confirms the planner's choice")
+    if not ref.timed_out and any(c.label == chosen and c.availability.startswith("no trace") for c in ref.candidates):
+        verdict += " -- on the fitted lifetime model, not on traces of its type (see the evidence line)"
     console.print(verdict)
     for note in ref.notes:
         console.print(f"[dim]{note}[/]")

@@ -253,7 +253,7 @@ def headline(result: Any, refinement: Any = None) -> dict[str, Any]:
         chosen = refinement.chosen
         analytical_plan = chosen.plan
         out["source"] = "simulation"
-        out["simulated"] = {"runs": refinement.runs, "replayed_on": chosen.availability,
+        out["simulated"] = {"runs": int(getattr(chosen, "runs", refinement.runs)), "replayed_on": chosen.availability,
                             "duration_s": chosen.mean_duration_s, "duration_p95_s": chosen.p95_duration_s,
                             "cost_usd": chosen.mean_cost_usd, "cost_p95_usd": chosen.p95_cost_usd,
                             "deadline_met_rate": chosen.met_rate, "finished_rate": chosen.finished_rate,
@@ -275,7 +275,8 @@ def _faster(result: Any, refinement: Any) -> dict[str, Any] | None:
         me = refinement.chosen
         pool = [(c.label, c.mean_duration_s, c.mean_cost_usd) for c in refinement.candidates
                 if c.eligible and c.label != me.label]
-        t0, c0, source = me.mean_duration_s, me.mean_cost_usd, f"simulation, {plural(refinement.runs, 'run')}"
+        t0, c0 = me.mean_duration_s, me.mean_cost_usd
+        source = f"simulation, {plural(int(getattr(me, 'runs', refinement.runs)), 'run')}"
     else:
         p = result.best.prediction
         pool = [(r.label, r.prediction.duration_s, r.prediction.cost_usd) for r in result.runners_up]
