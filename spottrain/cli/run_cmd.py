@@ -370,11 +370,13 @@ def _skypilot_elastic(plan: Any, command: list[str], job_id: str, bucket: str | 
         else:
             sys.stdout.write(sky_job.render_dry_run(result))
         return
-    if not bucket:
-        err.print("note: no --bucket: checkpoints stay on the nodes; a node that joins restores from a live peer, "
-                  "a rerun after losing every node starts over", highlight=False)
+    noted: list[bool] = []
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "launch" and not bucket and not noted and not as_json:  # every check passed: say it once
+            noted.append(True)
+            err.print("note: no --bucket: no checkpoints; a node that joins gets the state from a live peer, a rerun "
+                      "after losing every node starts over", highlight=False)
         if not as_json and kind in ("launch", "membership", "decision", "lost", "joined", "release", "finished"):
             detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("time_s", "kind"))
             err.print(f"{data['time_s']:8.1f}s {kind}: {detail}", highlight=False)
