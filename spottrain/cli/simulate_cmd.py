@@ -50,12 +50,23 @@ def simulate(
     from spottrain.sim import montecarlo
     from spottrain.sim.timeline import timeline_png
 
+    from spottrain.cli import options
+
     if model is not None and model != "fitted":
         raise UnknownNameError("lifetime model source", model, ("fitted",))
-    if runs <= 0:
-        raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
-    if alternatives is not None and alternatives < 0:
-        raise InputError(f"expected a number of alternatives >= 0, got {alternatives}", column="--alternatives")
+    options.count(runs, "--runs", high=options.MAX_RUNS)
+    options.processes(workers, "--workers")
+    options.count(alternatives, "--alternatives", low=0, high=100)
+    options.count(seed, "--seed", low=0, high=options.MAX_SEED)
+    options.name(trace, "--trace")
+    options.name(prices, "--prices")
+    for p in policy or ():
+        options.name(p, "--policy")
+    options.input_file(plan, "--plan")
+    if report is not None:
+        options.output(report, "--report", force=force, suffixes=(".html", ".htm"))
+    if timeline is not None:
+        options.output(timeline, "--timeline", force=force, suffixes=(".png",))
     if timeline is not None:
         if timeline.suffix.lower() != ".png":
             raise InputError("timeline file name must end in .png", column="--timeline")
@@ -171,8 +182,10 @@ def reproduce(
 
     if study != "icac19":
         raise UnknownNameError("study", study, ("icac19",))
-    if runs <= 0:
-        raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
+    from spottrain.cli import options
+
+    options.count(runs, "--runs", high=100_000)
+    options.count(seed, "--seed", low=0, high=options.MAX_SEED)
     with err.status("simulating the ICAC'19 clusters"):
         result = rp.reproduce_icac19(runs=runs, seed=seed, calibrate=calibrate)
     if as_json:
