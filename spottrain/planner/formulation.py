@@ -195,6 +195,52 @@ def _top_others(values: np.ndarray, owner: np.ndarray, grp: np.ndarray, k: int, 
     return sign * cand_other[np.searchsorted(uc, owner)]
 
 
+class _Rows:
+    """The MILP's constraint rows as sparse (row, column, value) triplets: a dense matrix would need
+    rows x columns memory (thousands of candidates x tens of thousands of columns). Variables are
+    laid out x, z, y, u, then e (the last column)."""
+
+    def __init__(self, prob: "MixProblem") -> None:
+        self.nvar = prob.nvar
+        self.offsets = (0, prob.nx, prob.nx + prob.ng, prob.nx + prob.ng + prob.ny)  # of x, z, y, u
+        self.ri: list[np.ndarray] = []
+        self.ci: list[np.ndarray] = []
+        self.vi: list[np.ndarray] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, xpart=None, zpart=None, ypart=None, epart=0.0, l=-np.inf, h=np.inf, upart=None) -> None:
+        """One row ``l <= xpart.x + zpart.z + ypart.y + upart.u + epart e <= h``."""
+        r = len(self.lo)
+        for part, off in zip((xpart, zpart, ypart, upart), self.offsets):
+            if part is not None:
+                part = np.asarray(part, float)
+                nz = np.flatnonzero(part)
+                self.ri.append(np.full(nz.size, r))
+                self.ci.append(nz + off)
+                self.vi.append(part[nz])
+        if epart:
+            self.ri.append(np.array([r]))
+            self.ci.append(np.array([self.nvar - 1]))
+            self.vi.append(np.array([float(epart)]))
+        self.lo.append(l)
+        self.hi.append(h)
+
+    def add_block(self, row: np.ndarray, col: np.ndarray, val: np.ndarray, count: int, *, h: float) -> None:
+        """``count`` rows at once (``-inf <= . <= h``): entry k sits in new row ``row[k]``, column ``col[k]``."""
+        self.ri.append(row + len(self.lo))
+        self.ci.append(col)
+        self.vi.append(val)
+        self.lo.extend([-np.inf] * count)
+        self.hi.extend([h] * count)
+
+    def matrix(self) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray]:
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+        A = sparse.csr_matrix((cat(self.vi, float), (cat(self.ri, int), cat(self.ci, int))),
+                              shape=(len(self.lo), self.nvar))
+        return A, np.array(self.lo, float), np.array(self.hi, float)
+
+
 class MixProblem:
     """The MILP over a pruned set of columns, with no-good cuts added as the search goes.
 
@@ -209,120 +255,118 @@ class MixProblem:
         self.j = np.flatnonzero(keep)
         self.cols, self.cands, self.limits, self.work = cols, cands, limits, work
         cand = cols.cand[self.j]
-        n = cols.n[self.j].astype(float)
-        keys = group_keys(cands, limits.same_gpu)
+        self.n = cols.n[self.j].astype(float)
+        self.grp, ng = self._placement_groups(cand)
+        M = int(limits.max_nodes) if group_cap is not None else 0
+        shape_caps = self._group_caps(group_cap, cand, ng, M)
+        self.nx, self.ng, self.ny, self.nu = self.j.size, ng, ng * M, len(shape_caps)
+        self.nvar = self.nx + self.ng + self.ny + self.nu + 1
+        self.E, self.P = self._q(cols.time_mean_s[self.j]), cols.price_rate[self.j]
+        rows = _Rows(self)
+        self._add_plan_rows(rows, cand, traffic)
+        if M:
+            self._add_group_size_rows(rows, M, shape_caps)
+        self._add_cost_rows(rows)
+        self.A, self.lo, self.hi = rows.matrix()
+        self.cuts: list[tuple[np.ndarray, float]] = []
+        self.calls = 0
+        self.time_limit_s = 1.0
+
+    def _placement_groups(self, cand: np.ndarray) -> tuple[np.ndarray, int]:
+        """The placement group (:func:`group_keys`) of each column, numbered in key order, and
+        how many groups there are."""
+        keys = group_keys(self.cands, self.limits.same_gpu)
         gkeys = sorted({keys[i] for i in cand})
         gid = {k: g for g, k in enumerate(gkeys)}
-        grp = np.array([gid[keys[i]] for i in cand], dtype=int)
-        nx, ng = self.j.size, len(gkeys)
-        M = int(limits.max_nodes) if group_cap is not None else 0
-        ny = ng * M
-        # per-group caps: one curve per node shape of the group (a synchronous mix runs no faster
-        # than N nodes of its slowest shape); u_s = 1 when shape s is in the plan
-        shape_caps: list[tuple[int, np.ndarray, np.ndarray]] = []  # (group, member mask over x, curve)
+        return np.array([gid[keys[i]] for i in cand], dtype=int), len(gkeys)
+
+    def _group_caps(self, group_cap: Callable | None, cand: np.ndarray, ng: int,
+                    M: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Set ``self.cap[g, N-1]``, the best throughput of N nodes of group g (None without
+        ``group_cap``), and return the per-shape curves of groups with several node shapes (a
+        synchronous mix runs no faster than N nodes of its slowest shape; u_s = 1 when shape s is
+        in the plan) as (group, member mask over x, curve)."""
+        shape_caps: list[tuple[int, np.ndarray, np.ndarray]] = []
         self.cap = None
-        if M:
-            self.cap = np.zeros((ng, M))
-            members: dict[int, set[int]] = {}
-            for k, i in enumerate(cand):
-                members.setdefault(int(grp[k]), set()).add(int(i))
-            for g in range(ng):
-                caps = group_cap(sorted(members[g]), M)
-                if isinstance(caps, np.ndarray):
-                    caps = [(set(members[g]), caps)]
-                self.cap[g] = np.max([c for _, c in caps], axis=0)
-                if len(caps) > 1:
-                    for ids, curve in caps:
-                        shape_caps.append((g, np.isin(cand, list(ids)), np.asarray(curve, float)))
-        nu = len(shape_caps)
-        self.nx, self.ng, self.ny, self.nu = nx, ng, ny, nu
-        self.nvar = nx + ng + ny + nu + 1
-        self.grp, self.n = grp, n
-        E = self._q(cols.time_mean_s[self.j])
-        self.E, self.P = E, cols.price_rate[self.j]
-        # sparse rows: (row, column, value) triplets; a dense matrix would need rows x columns
-        # memory (thousands of candidates x tens of thousands of columns)
-        ri: list[np.ndarray] = []
-        ci: list[np.ndarray] = []
-        vi: list[np.ndarray] = []
-        lo, hi = [], []
+        if not M:
+            return shape_caps
+        self.cap = np.zeros((ng, M))
+        members: dict[int, set[int]] = {}
+        for k, i in enumerate(cand):
+            members.setdefault(int(self.grp[k]), set()).add(int(i))
+        for g in range(ng):
+            caps = group_cap(sorted(members[g]), M)
+            if isinstance(caps, np.ndarray):
+                caps = [(set(members[g]), caps)]
+            self.cap[g] = np.max([c for _, c in caps], axis=0)
+            if len(caps) > 1:
+                for ids, curve in caps:
+                    shape_caps.append((g, np.isin(cand, list(ids)), np.asarray(curve, float)))
+        return shape_caps
 
-        def add(xpart=None, zpart=None, ypart=None, epart=0.0, l=-np.inf, h=np.inf, upart=None):
-            r = len(lo)
-            for part, off in ((xpart, 0), (zpart, nx), (ypart, nx + ng), (upart, nx + ng + ny)):
-                if part is not None:
-                    part = np.asarray(part, float)
-                    nz = np.flatnonzero(part)
-                    ri.append(np.full(nz.size, r))
-                    ci.append(nz + off)
-                    vi.append(part[nz])
-            if epart:
-                ri.append(np.array([r]))
-                ci.append(np.array([self.nvar - 1]))
-                vi.append(np.array([float(epart)]))
-            lo.append(l)
-            hi.append(h)
-
+    def _add_plan_rows(self, rows: "_Rows", cand: np.ndarray, traffic: np.ndarray | None) -> None:
+        """What a plan may hold: one count per candidate, at most ``max_kinds`` columns in one
+        placement group, node limit, quotas, deadline, on-demand anchor, PS capacity, and
+        ``e <= sum of its parts``."""
+        limits, cands, n, grp, ng, nx = self.limits, self.cands, self.n, self.grp, self.ng, self.nx
         # one count per candidate: a row per candidate, built at once
         uc, inv = np.unique(cand, return_inverse=True)
-        ri.append(inv.astype(int))
-        ci.append(np.arange(nx))
-        vi.append(np.ones(nx))
-        lo.extend([-np.inf] * uc.size)
-        hi.extend([1.0] * uc.size)
+        rows.add_block(inv.astype(int), np.arange(nx), np.ones(nx), uc.size, h=1.0)
         for g in range(ng):
             zp = np.zeros(ng)
             zp[g] = -limits.max_kinds
-            add(xpart=(grp == g).astype(float), zpart=zp, h=0.0)
-        add(zpart=np.ones(ng), l=1.0, h=1.0)
-        add(xpart=n, h=float(limits.max_nodes))
+            rows.add(xpart=(grp == g).astype(float), zpart=zp, h=0.0)
+        rows.add(zpart=np.ones(ng), l=1.0, h=1.0)
+        rows.add(xpart=n, h=float(limits.max_nodes))
         if limits.quotas:
             for name, q in limits.quotas.items():
                 mask = np.array([name.lower() in (cands[i].instance_type.lower(), cands[i].gpu.lower()) for i in cand])
                 if mask.any():
-                    add(xpart=n * mask, h=float(q))
+                    rows.add(xpart=n * mask, h=float(q))
         if limits.deadline_s is not None:
-            add(xpart=self._q(cols.time_q_s[self.j]), l=work / limits.deadline_s)
+            rows.add(xpart=self._q(self.cols.time_q_s[self.j]), l=self.work / limits.deadline_s)
         od = np.array([not cands[i].spot for i in cand], dtype=float)
         if limits.anchor_min_on_demand > 0:
-            add(xpart=n * od, l=float(limits.anchor_min_on_demand))
+            rows.add(xpart=n * od, l=float(limits.anchor_min_on_demand))
         if limits.anchor_share > 0:
-            add(xpart=n * od - limits.anchor_share * n, l=0.0)
+            rows.add(xpart=n * od - limits.anchor_share * n, l=0.0)
         if traffic is not None and limits.ps_capacity_bytes_per_s is not None:
-            add(xpart=traffic[self.j], h=limits.ps_capacity_bytes_per_s)
-        add(xpart=-E, epart=1.0, h=0.0)  # e <= sum of parts
-        if M:
-            for g in range(ng):
-                yg = np.zeros(ny)
-                yg[g * M:(g + 1) * M] = 1.0
-                zp = np.zeros(ng)
-                zp[g] = -1.0
-                add(zpart=zp, ypart=yg, l=0.0, h=0.0)  # one total count for the active group
-                yn = np.zeros(ny)
-                yn[g * M:(g + 1) * M] = -np.arange(1, M + 1)
-                add(xpart=n * (grp == g), ypart=yn, l=0.0, h=0.0)
-            add(ypart=-self.cap.reshape(-1), epart=1.0, h=0.0)  # e <= thr_g(N)
-            big = float(self.cap.max()) * 2.0 + 1.0
-            for s_idx, (g, in_shape, curve) in enumerate(shape_caps):
-                u = np.zeros(nu)
-                u[s_idx] = -float(limits.max_kinds)
-                add(xpart=in_shape.astype(float), upart=u, h=0.0)  # u_s = 1 when a column of shape s is chosen
-                yc = np.zeros(ny)
-                yc[g * M:(g + 1) * M] = -curve
-                u = np.zeros(nu)
-                u[s_idx] = big
-                add(ypart=yc, upart=u, epart=1.0, h=big)  # e <= thr_s(N) when shape s is present
+            rows.add(xpart=traffic[self.j], h=limits.ps_capacity_bytes_per_s)
+        rows.add(xpart=-self.E, epart=1.0, h=0.0)  # e <= sum of parts
+
+    def _add_group_size_rows(self, rows: "_Rows", M: int, shape_caps: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
+        """Synchronous training: ``y[g, N]`` one-hot of the active group's node count N, and
+        ``e <= thr_g(N)`` (and ``e <= thr_s(N)`` for each node shape s present)."""
+        ng, ny, nu, n, grp = self.ng, self.ny, self.nu, self.n, self.grp
+        for g in range(ng):
+            yg = np.zeros(ny)
+            yg[g * M:(g + 1) * M] = 1.0
+            zp = np.zeros(ng)
+            zp[g] = -1.0
+            rows.add(zpart=zp, ypart=yg, l=0.0, h=0.0)  # one total count for the active group
+            yn = np.zeros(ny)
+            yn[g * M:(g + 1) * M] = -np.arange(1, M + 1)
+            rows.add(xpart=n * (grp == g), ypart=yn, l=0.0, h=0.0)
+        rows.add(ypart=-self.cap.reshape(-1), epart=1.0, h=0.0)  # e <= thr_g(N)
+        big = float(self.cap.max()) * 2.0 + 1.0
+        for s_idx, (g, in_shape, curve) in enumerate(shape_caps):
+            u = np.zeros(nu)
+            u[s_idx] = -float(self.limits.max_kinds)
+            rows.add(xpart=in_shape.astype(float), upart=u, h=0.0)  # u_s = 1 when a column of shape s is chosen
+            yc = np.zeros(ny)
+            yc[g * M:(g + 1) * M] = -curve
+            u = np.zeros(nu)
+            u[s_idx] = big
+            rows.add(ypart=yc, upart=u, epart=1.0, h=big)  # e <= thr_s(N) when shape s is present
+
+    def _add_cost_rows(self, rows: "_Rows") -> None:
+        """Budget on the expected cost, hard cap on the p95 cost (linear in x through e)."""
+        limits, work = self.limits, self.work
         if limits.budget_usd is not None:
-            add(xpart=self.P * work / 3600.0, epart=-limits.budget_usd, h=0.0)
+            rows.add(xpart=self.P * work / 3600.0, epart=-limits.budget_usd, h=0.0)
         if limits.hard_cap_usd is not None:
-            e95 = self._q(cols.time_p95_s[self.j])
-            add(xpart=self.P * work / 3600.0 - limits.hard_cap_usd * e95, h=0.0)
-        cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
-        self.A = sparse.csr_matrix((cat(vi, float), (cat(ri, int), cat(ci, int))), shape=(len(lo), self.nvar))
-        self.lo, self.hi = np.array(lo, float), np.array(hi, float)
-        self.cuts: list[tuple[np.ndarray, float]] = []
-        self.calls = 0
-        self.time_limit_s = 1.0
+            e95 = self._q(self.cols.time_p95_s[self.j])
+            rows.add(xpart=self.P * work / 3600.0 - limits.hard_cap_usd * e95, h=0.0)
 
     def _q(self, t: np.ndarray) -> np.ndarray:
         return np.divide(self.work, t, out=np.zeros_like(t), where=np.isfinite(t) & (t > 0))
