@@ -105,6 +105,9 @@ def test_dry_run_prints_one_launch_per_planned_node_with_valid_tasks(tmp_path: P
     assert on_demand == {"use_spot": False, "cloud": "gcp", "region": "us-central1", "zone": "us-central1-a",
                          "instance_type": "g2-standard-12", "accelerators": "L4:1"}
     assert result["validated_by"] is None or result["validated_by"].startswith("0.")
+    # it says what it assumes: conda on the image, where spottrain and the code come from
+    assert "conda" in result["assumes"] and "built from this checkout" in result["assumes"]
+    assert str(tmp_path) in result["assumes"]
     text = _cli("--backend", "skypilot", "--plan", str(plan_path), "--dry-run", "--job-id", "job1", "--",
                 "python", "train.py", cwd=tmp_path).stdout
     assert "sky.get(sky.launch(task, cluster_name='job1-g1-n0', down=True))" in text
@@ -125,6 +128,7 @@ def test_managed_torchrun_fallback_carries_code_and_installs_from_a_wheel(tmp_pa
     assert config["workdir"] == str(tmp_path)
     assert config["file_mounts"] == {"/spottrain-dist/spottrain-0.1.0-py3-none-any.whl": str(wheel)}
     assert "torchrun" in config["run"] and "conda activate spottrain" in config["run"]
+    assert str(wheel) in json.loads(out.stdout)["assumes"]
     src = _cli("--backend", "skypilot", "--skypilot-mode", "managed-torchrun", "--plan", str(plan_path), "-o",
                str(tmp_path / "s.yaml"), "--spottrain-source", "git+https://example.org/spottrain@0123abc", "--json",
                "--example", "mlp", cwd=tmp_path)

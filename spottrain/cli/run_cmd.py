@@ -327,9 +327,13 @@ def _skypilot(plan: Any, command: list[str], job_id: str, bucket: str | None, se
     path = sk.write_task(task, path, overwrite=force)
     how = " ".join(sk.launch_command(path, job_id))
     if as_json:
-        print(json.dumps({"task_yaml": str(path), "launch": how, "launched": launch}))
+        print(json.dumps({"task_yaml": str(path), "launch": how, "launched": launch,
+                          "assumes": sk.assumptions(install, workdir=str(code_dir) if code_dir else None,
+                                                    dist_dir=dist_dir)}))
     else:
         err.print(f"wrote {path}", highlight=False)
+        err.print("assumes: " + sk.assumptions(install, workdir=str(code_dir) if code_dir else None,
+                                               dist_dir=dist_dir), highlight=False)
         if not bucket:
             err.print("note: no --bucket: checkpoints stay on the nodes and do not survive a cluster recovery",
                       highlight=False)

@@ -20,7 +20,7 @@ from spottrain.errors import InputError, SpottrainError
 from spottrain.plan import Plan
 from spottrain.runtime.cloud import NodeGroup, check_launchable, check_reachable, groups_from_plan, parse_address
 from spottrain.runtime.cloud_sky import RecordingSky, SkyPilotProvider
-from spottrain.runtime.skypilot import NodeTask, SpottrainInstall, node_task_config, to_yaml
+from spottrain.runtime.skypilot import NodeTask, SpottrainInstall, assumptions, node_task_config, to_yaml
 
 DEFAULT_PORT = 29400
 PLACEHOLDER = "CONTROLLER_HOST"
@@ -134,7 +134,8 @@ def dry_run(job: SkyJob) -> dict[str, Any]:
                                                   "placeholder": not job.controller},
             "policy": job.policy, "calls": api.calls, "tasks": tasks, "validated_by": validated_by,
             "decisions": [{"decision": d, "skypilot": how} for d, how in DECISIONS],
-            "groups": [f"{g.name}: {g.count}x {g.label}" for g in groups]}
+            "groups": [f"{g.name}: {g.count}x {g.label}" for g in groups],
+            "assumes": assumptions(job.install, workdir=job.workdir, dist_dir=job.dist_dir)}
 
 
 def render_dry_run(result: dict[str, Any]) -> str:
@@ -145,6 +146,7 @@ def render_dry_run(result: dict[str, Any]) -> str:
              f"{c['nodes_reach_it_at']} (heartbeats: {c['heartbeats_at']})"
              + (" (placeholder: pass --controller HOST:PORT)" if c["placeholder"] else ""),
              f"# policy {result['policy']}; plan groups: " + "; ".join(result["groups"]),
+             f"# assumes: {result['assumes']}",
              "# what the policy's decisions become:"]
     lines += [f"#   {d['decision']}: {d['skypilot']}" for d in result["decisions"]]
     lines.append("# " + (f"every task below is valid by SkyPilot {result['validated_by']}'s task and resources schemas"

@@ -94,6 +94,20 @@ class SpottrainInstall:
         ])
 
 
+def assumptions(install: SpottrainInstall, *, workdir: str | None, dist_dir: str | Path) -> str:
+    """What the tasks assume, in one line (printed with every task spottrain writes)."""
+    if install.source:
+        how = f"spottrain from pip requirement {install.source!r}"
+    elif install.wheel:
+        how = f"spottrain from the wheel {install.wheel} (uploaded)"
+    else:
+        how = (f"spottrain from a wheel built from this checkout into {Path(install.wheel_path(dist_dir)).parent} "
+               "(uploaded)")
+    code = f"your code from {workdir} (workdir, uploaded)" if workdir else "no code uploaded (a built-in example)"
+    return (f"the nodes need conda on their image (SkyPilot's default images have it) for a Python "
+            f"{install.python} env; {how}; {code}")
+
+
 def build_wheel(dest_dir: str | Path) -> Path:
     """Build spottrain's wheel from the checkout this module was imported from."""
     root = Path(__file__).resolve().parents[2]
