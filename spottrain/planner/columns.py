@@ -22,6 +22,24 @@ REGROUP_S = 30.0
 """Stall to detect a lost node and re-form the group (spotDNN: 29.6 s throughput dip)."""
 
 
+def cluster_revocations(parts: Sequence[tuple[float, Any]], total_nodes: int) -> tuple[float, float, float]:
+    """(revocation rate /s, mean stall s, stall sd s) of a cluster of ``total_nodes`` nodes from its
+    spot parts ``(revocation rate of the part, its revocation model from _deps.revocation)``.
+
+    A lost node stalls the group :data:`REGROUP_S`, plus its replacement delay times its share of
+    the cluster (the survivors train meanwhile); the stall's moments are the rate-weighted mix of
+    the parts'. No spot part: rate 0, the stall of a re-form only.
+    """
+    rate = smean = s2 = 0.0
+    for r, rev in parts:
+        rate += r
+        smean += r * (REGROUP_S + rev.restart_mean_s / total_nodes)
+        s2 += r * (rev.restart_sd_s / total_nodes) ** 2
+    if rate > 0:
+        return rate, smean / rate, (s2 / rate) ** 0.5
+    return rate, REGROUP_S, 0.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Job:
     """What is being planned: the workload, its size and how it is trained."""

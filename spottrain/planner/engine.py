@@ -24,7 +24,7 @@ from spottrain.errors import InputError, UnknownNameError
 from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import _deps, risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
-from spottrain.planner.columns import REGROUP_S, Columns, Job, build_columns, node_counts
+from spottrain.planner.columns import REGROUP_S, Columns, Job, build_columns, cluster_revocations, node_counts
 from spottrain.planner.formulation import Limits, Outcome, Picks, SolveStats, homogeneous_feasible, solve_mix, spot_mask
 
 ONE_JOB = 1.0
@@ -70,19 +70,8 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     groups = [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps) for i, n in picks]
     thr, lo, hi, bott = _deps.throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps)
     total = sum(n for _, n in picks)
-    rate = smean = s2 = 0.0
-    for i, n in picks:
-        c = cands[i]
-        if c.spot:
-            rev = _deps.revocation(c.cloud, c.gpu)
-            r = n * rev.rate_per_s
-            rate += r
-            smean += r * (REGROUP_S + rev.restart_mean_s / total)
-            s2 += r * (rev.restart_sd_s / total) ** 2
-    if rate > 0:
-        smean, sd = smean / rate, (s2 / rate) ** 0.5
-    else:
-        smean, sd = REGROUP_S, 0.0
+    spot = [(n, _deps.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
+    rate, smean, sd = cluster_revocations([(n * rev.rate_per_s, rev) for n, rev in spot], total)
     nodes = sum(n for _, n in picks)
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
     a = risk.assess(job.work(nodes, gpus), np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),

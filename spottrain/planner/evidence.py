@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.planner import risk
-from spottrain.planner.columns import REGROUP_S
+from spottrain.planner.columns import cluster_revocations
 from spottrain.units import format_probability, plural
 
 ORDER = ("on-demand", "traced", "elsewhere", "pooled")
@@ -171,19 +171,9 @@ def _p_deadline(plan: Any, lifetimes: list[float | None], *, job: Any = None) ->
     if plan.deadline_s is None:
         return None
     total = sum(g.count for g in plan.groups)
-    rate = smean = s2 = 0.0
-    for g, life in zip(plan.groups, lifetimes):
-        if life is None:
-            continue
-        rev = _deps.revocation(g.cloud, g.gpu)
-        r = g.count / max(life, 1.0)
-        rate += r
-        smean += r * (REGROUP_S + rev.restart_mean_s / total)
-        s2 += r * (rev.restart_sd_s / total) ** 2
-    if rate > 0:
-        smean, sd = smean / rate, (s2 / rate) ** 0.5
-    else:
-        smean, sd = REGROUP_S, 0.0
+    parts = [(g.count / max(life, 1.0), _deps.revocation(g.cloud, g.gpu))
+             for g, life in zip(plan.groups, lifetimes) if life is not None]
+    rate, smean, sd = cluster_revocations(parts, total)
     p = plan.prediction
     gpus = sum(g.count * g.gpus_per_node for g in plan.groups)
     work_sd = float(job.work_log_sd(total, gpus)[0]) if job is not None else 0.0
