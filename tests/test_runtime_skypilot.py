@@ -25,8 +25,8 @@ import yaml
 
 from spottrain.errors import InputError
 from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
-from spottrain.runtime.cloud import (LOST, NodeGroup, LocalProvider, check_launchable, check_reachable,
-                                     groups_from_plan)
+from spottrain.runtime.cloud import (LOST, RUNNING, STARTING, SUCCEEDED, LocalProvider, NodeGroup, check_launchable,
+                                     check_reachable, groups_from_plan)
 from spottrain.runtime.cloud_sky import RecordingSky, SkyPilotProvider
 from spottrain.runtime.fleet import FleetController, FleetJob
 from spottrain.runtime.sky_job import SkyJob, dry_run
@@ -418,3 +418,71 @@ def test_a_controller_that_stops_early_lets_the_workers_checkpoint_and_exit(tmp_
     assert codes == {"g0-n0": EXIT_STOPPED, "g0-n1": EXIT_STOPPED}, codes  # they exited, not killed
     assert provider.terminated == []  # nothing was left to kill
     assert any((tmp_path / "ck").iterdir())  # the stop checkpoint
+
+
+class _ScriptedSky(RecordingSky):
+    """SkyPilot's answers scripted: launches that fail (no capacity), cluster and job states."""
+
+    class StatusRefreshMode:
+        AUTO = "AUTO"
+
+    def __init__(self, fail: set[str]) -> None:
+        super().__init__()
+        self.fail = fail
+        self.cluster_status: dict[str, str] = {}
+        self.job: dict[str, str] = {}
+
+    def launch(self, task: Any, *, cluster_name: str, down: bool = False, **kw: Any) -> Any:
+        super().launch(task, cluster_name=cluster_name, down=down)
+        if cluster_name in self.fail:
+            raise RuntimeError("ResourcesUnavailableError: no capacity for p3.2xlarge in us-east-1")
+        self.cluster_status[cluster_name] = "UP"
+        self.job[cluster_name] = "RUNNING"
+        return (1, None)
+
+    def get(self, value: Any) -> Any:
+        return value
+
+    def status(self, *, cluster_names: list[str], refresh: str) -> list[dict[str, str]]:
+        return [{"name": c, "status": f"ClusterStatus.{self.cluster_status[c]}"} for c in cluster_names
+                if c in self.cluster_status]
+
+    def job_status(self, cluster: str, jobs: list[int]) -> dict[int, str]:
+        return {jobs[0]: f"JobStatus.{self.job[cluster]}"}
+
+
+def test_skypilot_provider_maps_launch_failures_and_cluster_states_to_node_states() -> None:
+    api = _ScriptedSky(fail={"j-g0-n1"})
+    group = _groups()[0]
+    provider = SkyPilotProvider(job_id="j", task_for=lambda g, n, c, env: {"name": c, "envs": dict(env)}, api=api,
+                                status_every_s=0.0)
+    provider.launch(group, ["g0-n0", "g0-n1", "g0-n2"], {"SPOTTRAIN_RDZV": "h:1"})
+    deadline = time.monotonic() + 10
+    while STARTING in provider.poll().values() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert provider.poll() == {"g0-n0": RUNNING, "g0-n1": LOST, "g0-n2": RUNNING}
+    assert "no capacity" in provider.errors["g0-n1"]
+    api.cluster_status["j-g0-n0"] = "INIT"  # a preempted node leaves its cluster INIT
+    api.job["j-g0-n2"] = "SUCCEEDED"
+    assert provider.poll() == {"g0-n0": LOST, "g0-n1": LOST, "g0-n2": SUCCEEDED}
+    provider.shutdown()
+    # every cluster that was launched is downed at the end, the failed launch included (SkyPilot
+    # may have left a partial cluster behind)
+    assert sorted(c for c in api.calls if c.startswith("sky.down")) == [
+        "sky.down('j-g0-n0')", "sky.down('j-g0-n1')", "sky.down('j-g0-n2')"]
+
+
+def test_a_node_that_never_joins_is_given_up_and_replaced(tmp_path: Path) -> None:
+    """A node whose worker runs but never joins (a setup that hangs, a firewall between it and
+    the controller) is terminated after ready_timeout_s and reported to the policy as lost."""
+    provider = LocalProvider(command=["sleep", "120"], run_dir=tmp_path)
+    job = FleetJob(groups=_groups(spot=1, on_demand=0), job_id="j5", steps=10, policy="replace-same",
+                   ready_timeout_s=1.0, max_launches=1, timeout_s=6.0, poll_s=0.05)
+    result = FleetController(job, provider).run()
+    assert not result.ok and "timed out" in (result.failure or "")
+    lost = [e for e in result.events if e["kind"] == "lost"]
+    assert [e["node"] for e in lost] == ["g0-n0", "g0-n1"] and all(e["how"].startswith("never joined") for e in lost)
+    assert [n for n, _ in provider.launched] == ["g0-n0", "g0-n1"]  # one replacement, then max_launches
+    assert any(e["kind"] == "refused" for e in result.events)
+    assert sorted(provider.terminated) == ["g0-n0", "g0-n1"]
+    assert all(node.proc.poll() is not None for node in provider.nodes.values())

@@ -145,11 +145,11 @@ class SkyPilotProvider:
                                                    refresh=self.api.StatusRefreshMode.AUTO))
         except Exception:  # noqa: BLE001 - the API server is unreachable: keep the last states
             return
-        up = {_field(r, "name"): str(_field(r, "status")) for r in records}
+        up = {_field(r, "name"): _value(_field(r, "status")) for r in records}
         for node_id, cluster in running.items():
             status = up.get(cluster)
             new = RUNNING
-            if status is None or "UP" not in status:
+            if status != "UP":  # gone, or INIT: a preempted node leaves its cluster INIT
                 new = LOST
             else:
                 job = self._job.get(node_id)
@@ -158,10 +158,10 @@ class SkyPilotProvider:
                         js = self.api.get(self.api.job_status(cluster, [job])).get(job)
                     except Exception:  # noqa: BLE001
                         js = None
-                    text = str(js or "")
-                    if "SUCCEEDED" in text:
+                    text = _value(js) or ""
+                    if text == "SUCCEEDED":
                         new = SUCCEEDED
-                    elif "FAILED" in text or "CANCELLED" in text:
+                    elif text.startswith("FAILED") or text == "CANCELLED":
                         new = LOST
             with self._lock:
                 if self._state.get(node_id) == RUNNING:
@@ -177,3 +177,10 @@ class SkyPilotProvider:
 
 def _field(record: Any, name: str) -> Any:
     return record.get(name) if isinstance(record, dict) else getattr(record, name, None)
+
+
+def _value(status: Any) -> str | None:
+    """``ClusterStatus.UP`` / ``JobStatus.SUCCEEDED`` (or their text) -> ``"UP"`` / ``"SUCCEEDED"``."""
+    if status is None:
+        return None
+    return str(getattr(status, "value", status)).rsplit(".", 1)[-1]

@@ -76,6 +76,9 @@ class FleetJob:
     before_launch: Callable[[str], None] | None = None
     """Called with the advertised store address once the store listens, before any node is
     launched (e.g. :func:`~spottrain.runtime.cloud.check_reachable`); an exception stops the job there."""
+    ready_timeout_s: float = 1800.0
+    """A node whose worker runs (launched and set up, as the provider says) but has not joined
+    after this long is given up: terminated and reported to the policy as lost."""
     stop_grace_s: float = 30.0
     """When the controller stops before the end (Ctrl-C, SIGTERM, a failure): how long the
     workers get to checkpoint and exit before their nodes are taken back."""
@@ -105,6 +108,7 @@ class _Node:
     released: bool = False
     gone: bool = False
     notice_handled: bool = False
+    running_since: float | None = None
 
 
 class FleetController:
@@ -349,6 +353,8 @@ class FleetController:
             if node is None or node.gone:
                 continue
             node.state = st
+            if st == RUNNING and node.running_since is None:
+                node.running_since = now
             if st == SUCCEEDED and not self.finished:
                 self.finished = True
                 self.finish_by = now + self.job.finish_grace_s
@@ -365,6 +371,10 @@ class FleetController:
             if not node.released and not node.ready and self._key(f"ready/{node.node_id}") is not None:
                 node.ready = True
                 self._joined(node)
+            elif (not node.ready and node.running_since is not None and not self.finished
+                  and now - node.running_since > self.job.ready_timeout_s):
+                self._lost(node, f"never joined in {self.job.ready_timeout_s:.0f}s")
+                continue
             if (node.ready and not node.released and not node.notice_handled
                     and self._key(f"notice/{node.node_id}") is not None):
                 node.notice_handled = True

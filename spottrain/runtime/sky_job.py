@@ -92,7 +92,8 @@ class SkyJob:
 
 
 DECISIONS = (
-    ("replace a lost node (request)", "sky.launch(task, cluster_name='<job>-<group>-n<k>', down=True): a new one-node cluster of the option's market"),
+    ("replace a lost node (request)",
+     "sky.launch(task, cluster_name='<job>-<group>-n<k>', down=True): a new one-node cluster of the option's market"),
     ("release a node", "the node leaves at a step boundary (told over its heartbeat), then sky.down('<cluster>')"),
     ("switch to on-demand", "sky.launch of the on-demand nodes; the spot nodes leave and are downed once one has "
                             "joined and trained two steps (it gets the state from them)"),

@@ -87,7 +87,8 @@ class SpottrainInstall:
         return "\n".join([
             "set -e",
             "# spottrain and its pinned torch in a conda env (conda: as on SkyPilot's default images)",
-            f"conda env list | grep -q '^{CONDA_ENV} ' || conda create -y -q -n {CONDA_ENV} python={shlex.quote(self.python)}",
+            f"conda env list | grep -q '^{CONDA_ENV} ' || "
+            f"conda create -y -q -n {CONDA_ENV} python={shlex.quote(self.python)}",
             f"conda activate {CONDA_ENV}",
             f"pip install -q {shlex.quote(requirement)}",
             "",
