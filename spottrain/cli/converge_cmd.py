@@ -78,6 +78,16 @@ def converge(
         raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if batch_size is not None and not batch_size > 0:
         raise InputError(f"expected a batch size > 0, got {batch_size:g}", column="--batch-size")
+    from spottrain.cli import options
+
+    for n in workers or ():
+        options.count(n, "--workers", high=options.MAX_NODES)
+    for b in global_batch or ():
+        options.count(b, "--global-batch", high=options.MAX_BATCH * options.MAX_NODES)
+    options.positive(batch_size, "--batch-size", high=options.MAX_BATCH)
+    if len(workers or ()) + len(global_batch or ()) + len(target_loss or ()) + len(target or ()) > 1000:
+        raise InputError("more than 1000 worker counts, batch sizes and targets: give fewer", column="--workers")
+    options.input_file(curves, "--curves")
     bounds = _boundaries(lr_boundaries)
     data = read_loss_curves(curves, batch_size=batch_size)
     from rich.markup import escape
@@ -87,6 +97,15 @@ def converge(
     cli_own_curves(from_store, echo=lambda text, warning: err.print(("[yellow]warning:[/] " if warning else "")
                                                                      + escape(text), highlight=False, soft_wrap=True))
     if target is not None:
+        first = data[0]
+        higher = first.metric not in ("loss", "error")
+        for v in target:
+            if higher and not 0 < v < first.metric_full:
+                raise InputError(f"the curves' metric is {first.metric}: expected a target between 0 and "
+                                 f"{first.metric_full:g} (exclusive), got {v:g}", column="--target")
+            if not higher and not v > 0:
+                raise InputError(f"the curves' metric is {first.metric}: expected a target > 0, got {v:g}",
+                                 column="--target")
         losses = [data[0].to_loss(v) for v in target]
         if any(not v > 0 for v in losses):
             best = data[0].from_loss(0.0)

@@ -124,6 +124,8 @@ def name(value: str | None, flag: str, *, max_length: int = 200) -> str | None:
     """
     if value is None:
         return None
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InputError(f"expected a name, got {value!r} (a control character)", column=flag)
     text = value.strip()
     if not text:
         raise InputError("expected a name, got an empty value", column=flag)
@@ -159,6 +161,28 @@ def gpu(value: str | None, flag: str = "--gpu") -> str | None:
     except UnknownNameError as exc:
         raise InputError(str(exc), column=flag) from None
     return canonical
+
+
+def cluster(value: str | None, flag: str = "--cluster"):
+    """A cluster such as ``4xV100+2xK80:4``: parsed, GPU names known, at most :data:`MAX_NODES`
+    nodes and :data:`MAX_GPUS_PER_NODE` GPUs per node."""
+    if value is None:
+        return None
+    from spottrain.types import ClusterSpec
+
+    text = name(value, flag)
+    try:
+        spec = ClusterSpec.parse(text, where=flag)
+    except InputError as exc:
+        raise InputError(str(exc).removeprefix(f"{flag}: "), column=flag) from None
+    nodes = sum(g.count for g in spec.groups)
+    if nodes > MAX_NODES:
+        raise InputError(f"expected at most {MAX_NODES:,} nodes (no cloud grants one account more), got {nodes:,}",
+                         column=flag)
+    for g in spec.groups:
+        if g.gpus_per_node > MAX_GPUS_PER_NODE:
+            raise InputError(f"cluster group {g}: no node holds more than {MAX_GPUS_PER_NODE} GPUs", column=flag)
+    return spec
 
 
 def names_list(value: str | None, flag: str, *, known: Iterable[str] | None = None) -> list[str] | None:

@@ -72,7 +72,7 @@ def predict(
     sync = options.choice(sync, "--sync", ("sync", "async"))
     precision = options.choice(precision, "--precision", ("fp32", "fp16"))
     options.name(model, "--model")
-    options.name(cluster, "--cluster")
+    options.cluster(cluster, "--cluster")
     options.exclusive({"--profile": profile, "--model": model})
     options.exclusive({"--queries": queries, "--cluster": cluster})
     for flag, path in (("--measurements", measurements), ("--queries", queries), ("--profile", profile)):
