@@ -1,5 +1,7 @@
 """The baseline policies registered by the simulator, as pure functions and in runs."""
 
+import pytest
+
 from sim_plans import make_plan, write_trace
 from spottrain.policies import POLICIES, JobState, NodeOption, NodeView
 from spottrain.sim import baselines, sources
@@ -46,9 +48,15 @@ def test_on_demand_and_anchor_transforms():
     plan = make_plan(nodes=4)
     od, _ = baselines.to_on_demand(plan)
     assert all(not g.spot and g.price_usd_per_hour == g.on_demand_price_usd_per_hour for g in od.groups)
+    assert [(g.instance_type, g.count) for g in od.groups] == [(g.instance_type, g.count) for g in plan.groups]
     anchored, over = baselines.with_anchor(plan)
     assert anchored.nodes == 5 and sum(1 for g in anchored.groups if not g.spot) == 1
-    assert over["checkpoint_factor"] < 1
+    (anchor,) = [g for g in anchored.groups if not g.spot]
+    assert anchor.count == 1 and anchor.instance_type == plan.groups[0].instance_type
+    assert anchor.price_usd_per_hour == plan.groups[0].on_demand_price_usd_per_hour
+    # the anchor trains too: five nodes' throughput where the plan had four
+    assert anchored.prediction.throughput_samples_per_s == pytest.approx(plan.prediction.throughput_samples_per_s * 5 / 4)
+    assert 0 < over["checkpoint_factor"] < 1
 
 
 def test_skypilot_managed_stalls_everyone_in_a_run(tmp_path):

@@ -1,8 +1,11 @@
 """`spottrain transience` end to end."""
 
 import json
+import math
 import subprocess
 import sys
+
+import pytest
 
 
 def _cli(*args):
@@ -24,7 +27,8 @@ def test_json_schema_gcp_v100():
     assert 0 <= d["availability"]["p_obtain_4"] <= 1
     job = d["job"]
     assert job["nodes"] == 4 and job["expected_slowdown"] >= 1 and job["optimal_interval_s"] > 0
-    assert job["young_daly_interval_s"] > 0
+    # Young/Daly for the cluster: its MTBF is the node's over the node count
+    assert job["young_daly_interval_s"] == pytest.approx(math.sqrt(2 * job["checkpoint_cost_s"] * d["mtbf_s"] / 4))
 
 
 def test_plot_written_and_not_overwritten(tmp_path):
