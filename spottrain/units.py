@@ -178,6 +178,8 @@ def format_count(value: float, *, digits: int = 1) -> str:
         return "n/a"
     if value == math.inf:
         return "unbounded"
+    if value == 0:
+        return "0"
     if value < 1:
         return f"{value:.2f}"
     if value < 10:

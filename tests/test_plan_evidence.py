@@ -137,7 +137,7 @@ def test_analytical_headline_reads_the_plan_and_names_its_source():
     assert hl["analytical"]["cost_usd"] == p.cost_usd and hl["analytical"]["p_meet_deadline"] == p.p_meet_deadline
     assert hl["analytical"]["expected_revocations"] == p.expected_revocations
     text = "\n".join(headline_lines(hl))
-    assert "chosen on the analytical model" in text and "evidence:" in text
+    assert "chosen on the analytical model (not refined by simulation)" in text and "evidence:" in text
     assert r.explanation.startswith("Analytical model:")
 
 

@@ -79,6 +79,7 @@ def test_expected_counts():
     assert format_count(0.188) == "0.19"
     assert format_count(1.34) == "1.3"
     assert format_count(1234.0) == "1,234"
+    assert format_count(0.0) == "0"
 
 
 def test_flag_errors_name_the_flag_not_a_column():

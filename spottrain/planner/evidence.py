@@ -317,7 +317,7 @@ def headline_lines(hl: dict[str, Any]) -> list[str]:
         chosen = (f"chosen on simulation: {plural(sim['runs'], 'run')} per candidate, replayed on "
                   f"{sim['replayed_on']}; the analytical model's figures beside it")
     else:
-        chosen = "chosen on the analytical model (not simulated: --no-refine)"
+        chosen = "chosen on the analytical model (not refined by simulation)"
     lines = [f"{hl['label']} -- {goal}; {chosen}", hl["evidence"]["headline"],
              f"checkpoint every {format_interval(hl['checkpoint_interval_s'])}; recovery policy {hl['policy']}"
              + (" (the simulation ran the same policy)" if sim else "")]
