@@ -91,8 +91,13 @@ class ElasticClient:
         deadline = time.monotonic() + timeout_s
         self.set(f"gen/{gen}/arrived/{self.worker_id}", time.time())
         while True:
-            if self.store.check([f"gen/{gen}/arrived/{m}" for m in members]):
+            missing = [m for m in members if not self.store.check([f"gen/{gen}/arrived/{m}"])]
+            if not missing:
                 return gen, members
+            if not self.store.check([f"ready/{m}" for m in missing]):
+                # a member still starting up (imports take seconds) is not late: the controller
+                # bounds start-up separately
+                deadline = max(deadline, time.monotonic() + timeout_s)
             newest = self.get_nowait("gen")
             if newest is not None and int(newest) > gen:
                 newer = json.loads(self.store.get(f"gen/{int(newest)}/members"))
@@ -103,7 +108,6 @@ class ElasticClient:
                     continue
             if time.monotonic() > deadline:
                 self.set(f"formfail/{gen}", self.worker_id)
-                missing = [m for m in members if not self.store.check([f"gen/{gen}/arrived/{m}"])]
                 raise TimeoutError(f"worker {self.worker_id}: generation {gen} incomplete after {timeout_s:.0f}s "
                                    f"(missing {', '.join(missing)})")
             time.sleep(0.02)

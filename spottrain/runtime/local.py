@@ -509,7 +509,8 @@ class _Controller:
         if self.finished or self.gen < 0 or not self.store.check([f"formfail/{self.gen}"]):
             return
         self.store.delete_key(f"formfail/{self.gen}")
-        missing = [m for m in self.members if not self.store.check([f"gen/{self.gen}/arrived/{m}"])]
+        missing = [m for m in self.members if not self.store.check([f"gen/{self.gen}/arrived/{m}"])
+                   and self.store.check([f"ready/{m}"])]
         self.record("formation_failed", gen=self.gen, missing=missing)
         # A member that did not come to form the group in time is stuck or gone: lost.
         gen = self.gen
