@@ -128,7 +128,7 @@ def run_one(kind: str | None, args: Any, tmp: Path) -> dict[str, Any]:
         done_at = None
         replaced: set[str] = set()
         pending: list[tuple[float, Any]] = []
-        timeout = 400
+        timeout = 240
         failure = None
         while time.monotonic() - t0 < timeout:
             steps = _steps(d)

@@ -70,6 +70,62 @@ def _workers_of(run_dir: Path) -> list[int]:
     return out
 
 
+def test_heartbeat_closed_silent_fenced_and_controller_lost() -> None:
+    from spottrain.runtime.liveness import Heartbeat, LivenessServer
+
+    server = LivenessServer(interval_s=0.1)
+    got: list[dict] = []
+    lost: list[float] = []
+    hb = Heartbeat(server.endpoint, "w0", on_message=got.append, on_lost=lambda: lost.append(time.monotonic()),
+                   interval_s=0.1, grace_s=1.0, refused_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 5
+        while server.status("w0") is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        state, silent = server.status("w0")
+        assert state == "open" and silent < 0.5
+        server.broadcast({"gen": 3, "abort": True})
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert got == [{"gen": 3, "abort": True}]
+        hb.bye("done")
+        time.sleep(0.3)
+        assert server.status("w0")[0] == "bye"
+    finally:
+        server.close()
+    # a second worker that goes silent (its thread no longer beats) is seen as silent
+    server = LivenessServer(interval_s=0.1)
+    try:
+        import socket as _s
+
+        sock = _s.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b'{"hello": "w1", "pid": 1}\n')
+        time.sleep(0.8)
+        state, silent = server.status("w1")
+        assert state == "open" and silent > 0.5
+        server.fence("w1", "declared lost")
+        assert b"fence" in sock.recv(4096)
+        sock.close()
+        # a fenced worker that reconnects is told again and cannot come back
+        sock = _s.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b'{"hello": "w1", "pid": 1}\n')
+        assert b"fence" in sock.recv(4096)
+        sock.close()
+    finally:
+        server.close()
+    # the controller is gone: reconnects are refused, the worker gives up within refused_s
+    server = LivenessServer(interval_s=0.1)
+    Heartbeat(server.endpoint, "w2", on_message=got.append, on_lost=lambda: lost.append(time.monotonic()),
+              interval_s=0.1, grace_s=10.0, refused_s=0.5).start()
+    time.sleep(0.3)
+    server.close()
+    t0 = time.monotonic()
+    while not lost and time.monotonic() - t0 < 5:
+        time.sleep(0.02)
+    assert lost and lost[0] - t0 < 2.0
+
+
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
     s = run_local(_job(tmp_path_factory.mktemp("baseline"), "baseline", sleep_s=0.0))
@@ -128,9 +184,12 @@ def test_launcher_death_leaves_no_worker_and_rerun_resumes(tmp_path: Path, basel
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not left, f"workers still alive 30 s after the launcher's {signal.Signals(sig).name}"
-    if sig == signal.SIGKILL:
-        # the stopped worker was resumed by nobody: it may only go once woken; the others are gone
-        pass
+    if sig == signal.SIGTERM:
+        # stopped in order: rank 0 wrote a checkpoint at its current step before exiting
+        stopped = [json.loads(ln) for p in (tmp_path / "run").glob("events-*.jsonl")
+                   for ln in p.read_text().splitlines() if '"stopped"' in ln]
+        assert stopped
+        return
     # Same command again: resumes from the newest complete checkpoint, ends at exactly STEPS.
     out = subprocess.run(cmd, env={**os.environ}, capture_output=True, text=True, timeout=200, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
