@@ -337,7 +337,8 @@ def _render_refinement(console, ref, top: int = 8) -> None:
     chosen = ref.plan.label
     t = Table(title=f"Simulated candidates (up to {ref.runs} runs each, {ref.total_runs:,} in all, {ref.seconds:.1f} s): "
                     "cheapest meeting the request in simulation is chosen")
-    for col in ("cluster", "from", "predicted $", "simulated $ (mean / p95)", "mean time", "deadline met", "runs",
+    for col in ("cluster", "from", "analytical model $", "simulated $ (mean / p95)", "simulated mean time",
+                "deadline met (simulated)", "runs",
                 "replayed on"):
         t.add_column(col)
     ranked = sorted(ref.candidates, key=lambda c: (not c.eligible, c.mean_cost_usd))[:top]
