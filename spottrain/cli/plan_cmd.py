@@ -65,9 +65,38 @@ def register(app: typer.Typer) -> None:
         """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
         from spottrain.planner import _deps
         from spottrain.planner.api import plan as run_plan
+        from spottrain.cli import options
         from spottrain.units import parse_count, parse_duration_s, parse_money_usd
 
-        deadline_s = parse_duration_s(deadline, option="--deadline", require_unit=True) if deadline is not None else None
+        options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
+        options.count(max_nodes, "--max-nodes", high=options.MAX_NODES, why="no cloud grants one account more")
+        options.count(max_types, "--max-types", high=10)
+        options.count(ps, "--ps", low=0, high=1000)
+        sync = options.choice(sync, "--sync", ("sync", "async"))
+        if sync == "sync" and ps:
+            raise InputError(f"--sync sync is all-reduce without parameter servers; --ps {ps} needs --sync async",
+                             column="--ps")
+        options.fraction(confidence, "--confidence", low_open=True, closed_high=False)
+        options.fraction(on_demand_share, "--on-demand-share", closed_high=False)
+        options.number(epochs, "--epochs", low=0, low_open=True, high=1e6)
+        options.number(target_loss, "--target-loss", low=0, low_open=True)
+        options.count(refine_runs, "--refine-runs", high=options.MAX_RUNS)
+        options.name(model, "--model")
+        if clouds is not None:
+            from spottrain.catalog import CLOUDS
+
+            options.names_list(clouds, "--clouds", known=CLOUDS)
+        if gpus is not None:
+            for g in options.names_list(gpus, "--gpus"):
+                options.gpu(g, "--gpus")
+        options.names_list(regions, "--regions")
+        options.names_list(zones, "--zones")
+        options.input_file(profile, "--profile")
+        options.input_file(curves, "--curves")
+        options.input_file(catalog_path, "--catalog")
+        options.output(out, "--out", force=force)
+        options.output(report, "--report", force=force)
+        deadline_s = options.duration(deadline, "--deadline", require_unit=True)
         budget_usd = parse_money_usd(budget, option="--budget") if budget is not None else None
         cap_usd = parse_money_usd(hard_cap, option="--hard-cap") if hard_cap is not None else None
         quotas = _quotas(quota)
