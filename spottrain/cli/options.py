@@ -268,3 +268,38 @@ def duration(text: str | None, flag: str, *, require_unit: bool = False, high_s:
     if not math.isfinite(value) or value > high_s:
         raise InputError(f"expected a duration of at most {high_s / 86400:g} days, got {text!r}", column=flag)
     return value
+
+
+def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-id") -> str | None:
+    """Check a run's checkpoint directory before any worker starts (torch-free: manifests only).
+
+    A ``job_id`` that differs from the job of the checkpoints already there is refused (the
+    workers would refuse them one by one and the run would restart forever). Returns a warning
+    line when checkpoints exist but none has a readable manifest (the run starts from step 0),
+    else None.
+    """
+    if not directory.is_dir():
+        return None
+    from spottrain.files import read_json
+
+    dirs = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.startswith("step-")), key=lambda p: p.name)
+    if not dirs:
+        return None
+    jobs: dict[str, str] = {}
+    for d in dirs:
+        try:
+            man = read_json(d / "MANIFEST.json", what="checkpoint manifest")
+        except InputError:
+            continue
+        if isinstance(man, dict) and isinstance(man.get("job_id"), str):
+            jobs.setdefault(man["job_id"], d.name)
+    if job_id is not None:
+        others = {j: d for j, d in jobs.items() if j != job_id}
+        if others:
+            j, d = next(iter(others.items()))
+            raise InputError(f"the checkpoints in {directory} belong to job {j!r} ({d}), not {job_id!r}; pass "
+                             f"--job-id {j} to resume it, or another --run-dir / --checkpoint-dir", column=flag)
+    if not jobs:
+        return (f"none of the {len(dirs)} checkpoint(s) in {directory} is readable (no valid MANIFEST.json): "
+                "the run starts from step 0")
+    return None

@@ -96,7 +96,31 @@ def run(
     from spottrain.plan import Plan
     from spottrain.units import parse_duration_s
 
+    from spottrain.cli import options
+
     command = list(ctx.args)
+    backend = options.choice(backend, "--backend", ("local", "skypilot"), kind="backend")
+    options.processes(workers, "--workers")
+    options.count(steps, "--steps", high=10**9)
+    options.count(global_batch, "--global-batch", high=options.MAX_BATCH * options.MAX_NODES)
+    if global_batch is not None and workers is not None and global_batch < workers:
+        raise InputError(f"a global batch of {global_batch} cannot give each of {workers} workers a sample per step",
+                         column="--global-batch")
+    options.count(keep, "--keep", high=1000)
+    options.count(checkpoint_every, "--checkpoint-every", high=10**9)
+    options.count(seed, "--seed", low=0, high=options.MAX_SEED)
+    options.count(hosts, "--hosts", low=0, high=options.max_processes())
+    options.count(controller_port, "--controller-port", high=65535)
+    options.exclusive({"--checkpoint-interval": checkpoint_interval, "--checkpoint-every": checkpoint_every})
+    for flag, text in (("--checkpoint-interval", checkpoint_interval), ("--timeout", timeout),
+                       ("--liveness-timeout", liveness_timeout), ("--tick", tick), ("--deadline", deadline)):
+        options.duration(text, flag)
+    options.duration(replacement_delay, "--replacement-delay", allow_zero=True)
+    options.name(example, "--example")
+    options.name(policy, "--policy")
+    options.name(job_id, "--job-id")
+    options.input_file(plan_file, "--plan")
+    options.input_file(inject_trace, "--inject-trace")
     if example and command:
         raise InputError("give either --example NAME or -- COMMAND, not both", column="--example")
     if not example and not command:
@@ -108,6 +132,13 @@ def run(
     from spottrain.policies import get_policy
 
     get_policy(policy_name)  # unknown names fail here with a near-miss suggestion
+    if backend == "local":
+        ck_dir = checkpoint_dir or (run_dir or Path("spottrain-runs") / (job_id or "-")) / "checkpoints"
+        note = options.job_checkpoints(job_id, ck_dir)
+        if note:
+            from rich.console import Console
+
+            Console(stderr=True).print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     if job_id is None:
         import time
         import uuid
