@@ -157,3 +157,20 @@ def test_step_time_gives_the_throughput_and_queries_get_sync_predictions(tmp_pat
     (row,) = list(csv.DictReader(out.open()))
     assert 0 < float(row["sync_time_s_pred"]) < float(row["step_time_s_pred"])
     assert float(row["throughput_low"]) < float(row["throughput_pred"]) < float(row["throughput_high"])
+
+
+def test_a_gpu_missing_from_your_rows_keeps_the_between_study_width():
+    """K80 rows of your own -> V100 and P100: their speed ratio comes from other studies, and the
+    interval says so; the K80 configurations you did not measure stay narrower."""
+    prior = ThroughputModel(folds=0, correction="none").fit(load_shipped(("lambda",)))
+    k80 = [m for m in load_shipped(("cmdare",)) if m.cluster.groups[0].gpu == "K80" and m.cluster.nodes == 1]
+    user = ThroughputModel(prior=prior, folds=5).fit(k80)
+    others = [m for m in load_shipped(("cmdare",)) if m.cluster.groups[0].gpu in ("V100", "P100")
+              and m.cluster.nodes == 1]
+    k80_more = [m for m in load_shipped(("cmdare",)) if m.cluster.groups[0].gpu == "K80" and m.cluster.nodes > 1]
+    p_other = user.predict(others, warn=False)
+    p_k80 = user.predict(k80_more, warn=False)
+    assert all(any("not in your measurements" in n for n in p.notes) for p in p_other)
+    assert min(math.log(p.high / p.low) for p in p_other) > max(math.log(p.high / p.low) for p in p_k80)
+    inside = np.mean([p.low <= m.throughput <= p.high for p, m in zip(p_other, others)])
+    assert inside >= 0.8, inside

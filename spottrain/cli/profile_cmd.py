@@ -164,8 +164,22 @@ def profile(
         return
     if not model:
         raise InputError("expected --model NAME (a zoo model) or module:function", column="--model")
-    if out is not None and out.exists() and not force:
-        raise InputError("file exists; pass --force to overwrite it", file=str(out))
+    from spottrain.cli import options
+
+    options.name(model, "--model")
+    options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
+    options.count(iterations, "--iterations", high=100_000)
+    options.count(warmup, "--warmup", low=0, high=10_000)
+    options.positive(lr, "--lr", high=1e3)
+    options.count(loss_steps, "--loss-steps", low=0, high=1_000_000)
+    options.positive(max_time, "--max-time", high=options.MAX_DURATION_S)
+    options.name(device, "--device")
+    if not (device.strip().lower() == "cpu" or device.strip().lower().split(":")[0] == "cuda"):
+        raise InputError(f"expected cpu, cuda or cuda:N, got {device!r}", column="--device")
+    precision = options.choice(precision, "--precision", ("fp32", "amp"))
+    optimizer = options.choice(optimizer, "--optimizer", ("sgd", "adam", "adamw"), kind="optimizer")
+    options.name(name, "--name")
+    options.output(out, "--out", force=force)
     if data is not None and not loss_steps:
         raise InputError("--data feeds the loss curve: pass --loss-steps K as well", column="--data")
     from spottrain.profiler.entry import is_entry_point

@@ -517,10 +517,8 @@ class ThroughputModel:
         """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds)."""
         notes: list[tuple[str, float]] = []
         sp = self.spread_log_
-        unseen_gpu = False
         for g, name, gpn in _resolve_groups(q.cluster):
             if name not in self.fitted_gpus_:
-                unseen_gpu = True
                 notes.append((f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)", sp["gpu"]))
             elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
                 notes.append((f"{q.model} never measured on {name}", sp["pair"]))
@@ -535,7 +533,7 @@ class ThroughputModel:
         if q.ps == 0 and q.cluster.nodes > 1 and self.ar_nodes_ <= 1:
             notes.append(("no all-reduce across nodes in the fitted data (achieved network rate from its prior)",
                           an.PRIOR["log_ar_cap"][1] * sync_share))
-        if not unseen_gpu and (self.own_gpus_ or self.own_models_):
+        if self.own_gpus_ or self.own_models_:
             missing = [n for _g, n, _k in _resolve_groups(q.cluster) if n not in self.own_gpus_]
             if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
                 notes.append(("configuration not among your few measured rows", self.spread_log_.get("study", STUDY_LOG)))
