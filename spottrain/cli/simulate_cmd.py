@@ -100,17 +100,19 @@ def simulate(
     if as_json:
         print(json.dumps(res.to_dict(), indent=1))
         return
+    from spottrain.units import format_count, format_rate, format_usd
+
     console = Console()
     table = Table(title=f"{res.runs} runs per policy of {res.plan_cluster}", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("policy", "makespan h mean", "p50", "p95", "cost $ mean", "p50", "p95", "deadline met",
+    for col in ("policy", "makespan h mean", "p50", "p95", "cost mean", "p50", "p95", "deadline met",
                 "finished", "revocations", "lost work h", "replaced", "other types"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for s in res.summaries:
         table.add_row(
             s.policy, _f(s.makespan_h.mean), _f(s.makespan_h.p50), _f(s.makespan_h.p95),
-            _f(s.cost_usd.mean, ",.0f"), _f(s.cost_usd.p50, ",.0f"), _f(s.cost_usd.p95, ",.0f"),
-            "-" if s.deadline_met_rate is None else f"{100 * s.deadline_met_rate:.0f}%",
-            f"{100 * s.finished_rate:.0f}%", _f(s.revocations.mean), _f(s.lost_work_h.mean, ".2f"),
+            format_usd(s.cost_usd.mean), format_usd(s.cost_usd.p50), format_usd(s.cost_usd.p95),
+            format_rate(s.deadline_met_rate), format_rate(s.finished_rate), format_count(s.revocations.mean),
+            _f(s.lost_work_h.mean, ".2f"),
             _f(s.replacements.mean),
             "-" if s.other_type_nodes is None else _f(s.other_type_nodes.mean),
         )
