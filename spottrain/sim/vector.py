@@ -224,6 +224,7 @@ class _Batch:
         else:
             self.deadline_policy = False
         self.tick_s = float(setup.params.tick_s)
+        self._pools: dict[str, tuple[np.ndarray, int]] = {}
 
     # ------------------------------------------------------------ sources
     def _acquire(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -247,7 +248,7 @@ class _Batch:
         if self.kind == "none":
             return np.full(len(r), INF)
         if self.kind == "model":
-            life = np.asarray(self.life.sample(len(r), self.rng), dtype=float)
+            life = self._draw("life", len(r), lambda n: self.life.sample(n, self.rng))
             if self.life.cap_s is not None:
                 life = np.minimum(life, self.life.cap_s)
             return t + life
@@ -270,8 +271,18 @@ class _Batch:
 
     def _delays(self, n: int) -> np.ndarray:
         if self.delay_fn is not None:
-            return np.asarray(self.delay_fn(n, self.rng), dtype=float)
+            return self._draw("delay", n, lambda k: self.delay_fn(k, self.rng))
         return np.full(n, self.startup)
+
+    def _draw(self, key: str, n: int, sample: Any) -> np.ndarray:
+        """``n`` draws of a law, taken from a pool drawn in bulk (one call to the law per
+        thousands of draws: drawing a few at every step costs more than the draws)."""
+        pool, at = self._pools.get(key, (np.zeros(0), 0))
+        if at + n > pool.size:
+            pool = np.concatenate([pool[at:], np.asarray(sample(max(4096, 4 * n)), dtype=float)])
+            at = 0
+        self._pools[key] = (pool, at + n)
+        return pool[at:at + n]
 
     # ------------------------------------------------------------ the batch
     def run(self) -> VectorRuns:
@@ -352,7 +363,7 @@ class _Batch:
         t_nodes = st["t_nodes"]
         t_od = st["od_boot"]
         # the tick at which a deadline policy's slack is gone (state unchanged until then)
-        if self.deadline_policy:
+        if self.deadline_policy and not st["switched"].all():
             t_tick = self._switch_tick(now, rate, training, st)
         else:
             t_tick = np.full(now.size, INF)
