@@ -40,9 +40,9 @@ from collections import defaultdict
 T2T_BATCH = 128
 COLUMNS = [
     "model", "batch_size", "cluster", "ps", "sync", "throughput",
-    "network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "step_time_s", "sync_time_s",
-    "source",
+    "network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "source",
 ]
+POLLUX_COLUMNS = [*COLUMNS[:-1], "step_time_s", "sync_time_s", "source"]
 # Model FLOPs (TFProf, fwd+bwd per sample) and parameter counts from CM-DARE's feature tables.
 CMDARE_NAMES = {
     "Res15": "res15", "Res32": "res32", "res15": "res15", "res32": "res32",
@@ -363,7 +363,7 @@ def main() -> None:
     write(cmdare_rows(a.data), os.path.join(a.out, "cmdare.csv"))
     write(transient_rows(a.data), os.path.join(a.out, "transient_dl.csv"))
     write(lambda_rows(a.data), os.path.join(a.out, "lambda.csv"))
-    write(pollux_rows(a.data), os.path.join(a.out, "pollux.csv"))
+    write(pollux_rows(a.data), os.path.join(a.out, "pollux.csv"), POLLUX_COLUMNS)
     for line in LAMBDA_EXCLUDED:
         print(f"excluded (super-linear, physically impossible): {line}")
     curves = accuracy_curves(a.data)
