@@ -25,6 +25,10 @@ Assumptions (also written in spottrain/data/measurements/SOURCE.md):
   published estimates (ResNet-50 at 224x224: 4.1 GMAC forward; BERT on SQuAD at sequence
   length 384, FLOPs = 2 x non-embedding parameters per token plus attention), times 3 for
   forward + backward. Only models whose unit is samples (images or sequences) per second are kept.
+* Pollux (petuum/adaptdl ``simulator/traces``): step and sync (all-reduce) times of every
+  placement of 1-64 T4 GPUs on g4dn.12xlarge nodes (50 Gbit/s); throughput = GPUs x local batch /
+  step time; node order does not matter, repeats are reduced to medians; three per-GPU batch sizes
+  per model on multi-GPU placements (see ``POLLUX_BATCHES``), every batch size on one GPU.
 """
 
 from __future__ import annotations
