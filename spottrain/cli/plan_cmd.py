@@ -9,8 +9,18 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
+from spottrain.catalog import CLOUDS, load_catalog
 from spottrain.errors import InputError, UnknownNameError
+from spottrain.units import (
+    format_duration, format_probability, format_rate, format_usd, parse_count, parse_duration_s, parse_money_usd,
+)
+
+# lazy: cli.main loads every command module at start-up, so the planner, perf, profiler and the
+# plan file load inside the functions of this command, when it is the one taken
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -63,10 +73,14 @@ def register(app: typer.Typer) -> None:
         from_store: Optional[bool] = typer.Option(None, "--from-store/--no-from-store", help="Calibrate on the measured rows of your own runs (spottrain run) of this model; default: on when the store has some."),
     ) -> None:
         """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
-        from spottrain.planner import _deps
-        from spottrain.planner.api import plan as run_plan
         from spottrain.cli import options
-        from spottrain.units import parse_count, parse_duration_s, parse_money_usd
+        from spottrain.perf import Workload, default_model
+        from spottrain.perf.convergence import read_loss_curves
+        from spottrain.perf.own_runs import calibrated_workload, cli_own_runs
+        from spottrain.planner.api import plan as run_plan
+        from spottrain.planner.evidence import headline
+        from spottrain.profiler.schema import load_profile
+        from spottrain.profiler.zoo_info import canonical_model, zoo_names
 
         options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
         options.count(max_nodes, "--max-nodes", high=options.MAX_NODES, why="no cloud grants one account more")
@@ -83,8 +97,6 @@ def register(app: typer.Typer) -> None:
         options.count(refine_runs, "--refine-runs", high=options.MAX_RUNS)
         options.name(model, "--model")
         if clouds is not None:
-            from spottrain.catalog import CLOUDS
-
             options.names_list(clouds, "--clouds", known=CLOUDS)
         if gpus is not None:
             for g in options.names_list(gpus, "--gpus"):
@@ -127,38 +139,29 @@ def register(app: typer.Typer) -> None:
             raise InputError("give exactly one of --profile FILE or --model NAME")
         prof = None
         if profile is not None:
-            prof = _deps.load_profile(str(profile))
-            workload = _deps.workload_from_profile(prof) if batch_size is None else \
-                _deps.workload_class().from_profile(prof, batch_size)
+            prof = load_profile(str(profile))
+            workload = Workload.from_profile(prof) if batch_size is None else \
+                Workload.from_profile(prof, batch_size)
         else:
-            names = _deps.zoo_names()
+            names = zoo_names()
             if names and model.lower() not in {n.lower() for n in names}:
                 try:
-                    from spottrain.profiler.zoo_info import canonical_model
-
                     canonical_model(model)
                 except Exception:
                     raise UnknownNameError("model", model, names) from None
-            workload = _deps.workload_from_zoo(model, batch_size)
-        from spottrain.perf.own_runs import calibrated_workload, cli_own_runs
+            workload = Workload.from_zoo(model, batch_size)
 
         own = cli_own_runs(from_store, workload.model, echo=_echo, batch_size=workload.batch_size,
                            precision=workload.precision, how="; they calibrate the model's speed, as a profile does")
         if own:
-            from spottrain.perf import default_model
-
             workload = calibrated_workload(workload, own, default_model())
         loss_curves = None
         if curves is not None:
-            from spottrain.perf.convergence import read_loss_curves
-
             loss_curves = read_loss_curves(curves, batch_size=workload.batch_size)
         n_samples = _samples(samples, epochs, dataset_size, target_loss, workload)
         work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit,
                                                                    "loss_curves": loss_curves}
-        catalog = _deps.load_catalog(str(catalog_path)) if catalog_path else None
-        from rich.console import Console
-
+        catalog = load_catalog(str(catalog_path)) if catalog_path else None
         with Console(stderr=True).status("planning: catalog, throughput and revocation models, MILP ..."):
             result = run_plan(workload, **work, deadline_s=deadline_s, budget_usd=budget_usd,
                               confidence=confidence, catalog=catalog, spot_only=spot_only,
@@ -178,15 +181,13 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             result.best.save(out, overwrite=force)
         if report is not None:
-            from spottrain.planner.html import write_report
+            from spottrain.planner.html import write_report  # lazy: spottrain.report only for --report
 
             write_report(result, report, force=force, refinement=refinement)
         if as_json:
             d = result.to_dict()
             if refinement is not None:
                 d["refinement"] = refinement.to_dict()
-            from spottrain.planner.evidence import headline
-
             d["headline"] = headline(result, refinement)
             print(json.dumps(d, indent=2, default=float))
             return
@@ -196,8 +197,6 @@ def register(app: typer.Typer) -> None:
 def _batch_extrapolation_note(curves, batch_size, plan) -> None:
     """One warning on stderr when a synchronous plan's global batch (per-GPU batch x GPUs) lies
     outside the batch sizes of the past runs its steps to target were learnt from."""
-    from rich.console import Console
-
     from spottrain.perf.batch_scaling import BatchScalingModel, applies_to
 
     if plan is None or not applies_to(curves):
@@ -213,15 +212,11 @@ def _batch_extrapolation_note(curves, batch_size, plan) -> None:
 
 
 def _echo(text: str, warning: bool) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-
     Console(stderr=True).print(("[yellow]warning:[/] " if warning else "") + escape(text), highlight=False, soft_wrap=True)
 
 
 def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_demand: bool, budget_s: float | None = None):
     """:func:`spottrain.planner.refine.refine` with a progress bar on stderr."""
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from spottrain.planner.refine import refine
@@ -236,8 +231,6 @@ def _refine(result, *, runs: int, exclude: list[str] | tuple[str, ...], on_deman
 def _samples(samples, epochs, dataset_size, target_loss, workload) -> float | None:
     """Samples to train, or None with --target-loss (the planner turns the target into samples per
     cluster, and says when there is no loss curve to fit)."""
-    from spottrain.units import parse_count
-
     given = [x is not None for x in (samples, epochs, target_loss)]
     if sum(given) != 1:
         raise InputError("give exactly one of --samples N, --epochs E --dataset-size D, or --target-loss L")
@@ -299,11 +292,7 @@ def _share(share: float | None, spot_only: bool, allow_on_demand: bool) -> float
 
 
 def _render(result, out, report, refinement=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     from spottrain.plan import Plan
-    from spottrain.units import format_duration, format_probability, format_usd
 
     console = Console()
     best = result.best
@@ -357,12 +346,6 @@ def _render(result, out, report, refinement=None) -> None:
 
 
 def _render_refinement(console, ref, top: int = 8) -> None:
-    from rich.table import Table
-
-    from spottrain.units import format_duration
-
-    from spottrain.units import format_rate, format_usd
-
     chosen = ref.plan.label
     t = Table(title=f"Simulated candidates (up to {ref.runs} runs each, {ref.total_runs:,} in all, {ref.seconds:.1f} s): "
                     "cheapest meeting the request in simulation is chosen")

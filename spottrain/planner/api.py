@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.catalog import load_catalog
+from spottrain.catalog.offers import without_outlier_spot_prices
 from spottrain.errors import InfeasibleError, InputError
 from spottrain.plan import Plan
 from spottrain.planner.baselines import run_baselines
-from spottrain.planner._deps import load_catalog as _load_catalog
 from spottrain.planner.engine import (
     ONE_JOB,
     Context,
@@ -32,9 +33,10 @@ from spottrain.planner.engine import (
     to_plan,
 )
 from spottrain.planner.formulation import Outcome, SolveStats, homogeneous_feasible
+from spottrain.planner.evidence import has_own_traces
 from spottrain.planner.pareto import pareto_points
 from spottrain.planner.work import target_loss_work
-from spottrain.units import format_duration
+from spottrain.units import format_count, format_duration, format_probability, format_usd, plural
 
 @dataclass(kw_only=True)
 class PlanResult:
@@ -125,9 +127,7 @@ def plan(
     outliers_left_out = 0
     if options.get("offers") is None:
         # implausible single-zone spot prices stay out of plans unless asked for (docs/catalog.md)
-        from spottrain.catalog.offers import without_outlier_spot_prices
-
-        catalog = catalog if catalog is not None else _load_catalog()
+        catalog = catalog if catalog is not None else load_catalog()
         flagged = catalog.spot_outliers
         if not include_outliers and flagged:
             options["offers"] = without_outlier_spot_prices(catalog.offers, flagged)
@@ -136,11 +136,9 @@ def plan(
         raise InputError(f"expected 'any' or 'traced', got {evidence!r}", column="--evidence")
     if evidence == "traced":
         # spot offers only where the (cloud, GPU) has revocation traces of its own
-        from spottrain.planner.evidence import has_own_traces
-
         offers = options.get("offers")
         if offers is None:
-            catalog = catalog if catalog is not None else _load_catalog()
+            catalog = catalog if catalog is not None else load_catalog()
             offers = catalog.offers
         traced: dict[tuple[str, str], bool] = {}
         kept = []
@@ -259,8 +257,6 @@ def infeasible_message(ctx: Context, mask: np.ndarray) -> str:
 
 def explain(ctx: Context, best: Outcome, base: dict[str, Any], runners: list[Outcome]) -> str:
     """The analytical model's account of its choice; every figure says it is the model's."""
-    from spottrain.units import format_count, format_probability, format_usd, plural
-
     lim = ctx.limits
     parts = []
     if lim.deadline_s is not None:

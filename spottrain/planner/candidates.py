@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
-from spottrain.planner import _deps
+from spottrain.catalog import gpu_spec
+from spottrain.errors import UnknownNameError
+from spottrain.perf.workload import training_state_gib
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +82,18 @@ def _offer_price(offer: Any, spot: bool) -> float | None:
 _INDEX: dict[int, tuple[Any, list[tuple[Any, tuple[float, float]]]]] = {}
 
 
+@lru_cache(maxsize=512)
+def gpu_info(gpu: str) -> tuple[float, float] | None:
+    """(fp32 TFLOPS, memory GiB) of one GPU, or None when the GPU is unknown (FPGA, Inferentia ...)."""
+    try:
+        spec = gpu_spec(gpu)
+    except UnknownNameError:
+        return None
+    if spec.memory_gib is None:  # a benchmark board without a recorded capacity: cannot check the batch fits
+        return None
+    return float(spec.fp32_tflops), float(spec.memory_gib)
+
+
 def _known_gpu_offers(offers: Sequence[Any]) -> tuple[list[tuple[Any, tuple[float, float]]], int]:
     """Offers with a whole number of known GPUs, with (TFLOPS, GiB); cached per offer list."""
     hit = _INDEX.get(id(offers))
@@ -90,7 +105,7 @@ def _known_gpu_offers(offers: Sequence[Any]) -> tuple[list[tuple[Any, tuple[floa
             count = offer.gpu_count
             if not count or count < 1 or int(count) != count:
                 continue
-            info = _deps.gpu_info(offer.gpu)
+            info = gpu_info(offer.gpu)
             if info is not None:
                 rows.append((offer, info))
         if len(_INDEX) > 8:
@@ -206,6 +221,4 @@ def memory_needed_gib(workload: Any, profile: Any | None = None) -> float:
                     pb = getattr(profile, "batch_size", workload.batch_size)
                     base += float(per_sample) * (workload.batch_size - pb)
                 return base / 2**30
-    from spottrain.perf.workload import training_state_gib
-
     return training_state_gib(workload.param_count)

@@ -15,16 +15,69 @@ from typing import Any
 
 import numpy as np
 
-from spottrain.planner import _deps, risk
+from spottrain.perf import predict_throughput
+from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate
+from spottrain.types import ClusterGroup, ClusterSpec
 
 REGROUP_S = 30.0
 """Stall to detect a lost node and re-form the group (spotDNN: 29.6 s throughput dip)."""
 
 
+_CURVES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]] = {}
+
+BREAKPOINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256)
+"""Node counts at which the performance model is queried; the planner's throughput curve is
+piecewise linear between them (and exact at them). Up to 6 nodes every count is a breakpoint."""
+
+
+def _breakpoints(max_nodes: int) -> np.ndarray:
+    pts = [b for b in BREAKPOINTS if b < max_nodes] + [max_nodes]
+    return np.array(sorted(set(pts)))
+
+
+def throughput_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: float, max_nodes: int,
+                     *, sync: str = "sync", ps: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """Cluster throughput (median, low, high in samples/s) and bottleneck for n = 1..max_nodes
+    homogeneous nodes: the perf model at :data:`BREAKPOINTS`, linear in between. Memoized per
+    (workload, node shape), since the planner asks for every candidate."""
+    key = (workload, gpu, gpus_per_node, round(network_gbps, 3), sync, ps)
+    hit = _CURVES.get(key)
+    if hit is not None and hit[0].size >= max_nodes:
+        return hit[0][:max_nodes], hit[1][:max_nodes], hit[2][:max_nodes], hit[3][:max_nodes]
+    m = max(max_nodes, 64)
+    ns = np.arange(1, m + 1)
+    bp = _breakpoints(m)
+    t, l, h, b = np.empty(bp.size), np.empty(bp.size), np.empty(bp.size), []
+    for k, n in enumerate(bp):
+        spec = ClusterSpec(groups=(ClusterGroup(count=int(n), gpu=gpu, gpus_per_node=gpus_per_node),))
+        p = predict_throughput(workload, spec, ps=ps, sync=sync, network_gbps=network_gbps)
+        t[k], l[k], h[k] = p.throughput, p.low, p.high
+        b.append(str(p.bottleneck))
+    seg = np.searchsorted(bp, ns, side="right") - 1
+    out = (np.interp(ns, bp, t), np.interp(ns, bp, l), np.interp(ns, bp, h), tuple(b[s] for s in seg))
+    if len(_CURVES) > 20000:
+        _CURVES.clear()
+    _CURVES[key] = out
+    return out[0][:max_nodes], out[1][:max_nodes], out[2][:max_nodes], out[3][:max_nodes]
+
+
+def throughput_mix(workload: Any, groups: list[tuple[str, int, int, float]], *, sync: str = "sync",
+                   ps: int = 0) -> tuple[float, float, float, str]:
+    """Throughput of a heterogeneous cluster [(gpu, gpus_per_node, count, network_gbps), ...]."""
+    if len(groups) == 1:
+        gpu, g, n, net = groups[0]
+        thr, lo, hi, bott = throughput_curve(workload, gpu, g, net, n, sync=sync, ps=ps)
+        return float(thr[-1]), float(lo[-1]), float(hi[-1]), bott[-1]
+    spec = ClusterSpec(groups=tuple(ClusterGroup(count=n, gpu=gpu, gpus_per_node=g) for gpu, g, n, _ in groups))
+    net = min(net for *_, net in groups)
+    p = predict_throughput(workload, spec, ps=ps, sync=sync, network_gbps=net)
+    return float(p.throughput), float(p.low), float(p.high), str(p.bottleneck)
+
+
 def cluster_revocations(parts: Sequence[tuple[float, Any]], total_nodes: int) -> tuple[float, float, float]:
     """(revocation rate /s, mean stall s, stall sd s) of a cluster of ``total_nodes`` nodes from its
-    spot parts ``(revocation rate of the part, its revocation model from _deps.revocation)``.
+    spot parts ``(revocation rate of the part, its revocation model from risk.revocation)``.
 
     A lost node stalls the group :data:`REGROUP_S`, plus its replacement delay times its share of
     the cluster (the survivors train meanwhile); the stall's moments are the rate-weighted mix of
@@ -133,7 +186,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         m = int(kind_m[k])
         if m < 1:
             continue
-        t, l, h, b = _deps.throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
+        t, l, h, b = throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
         n = np.arange(1, m + 1)
         thr.append(t[:m])
         lo.append(l[:m])
@@ -143,7 +196,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         work.append(job.work(n, n * g))
         work_sd.append(job.work_log_sd(n, n * g))
         if spot:
-            rev = _deps.revocation(cloud, gpu)
+            rev = risk.revocation(cloud, gpu)
             rate.append(n * rev.rate_per_s)
             smean.append(REGROUP_S + rev.restart_mean_s / n)
             ssd.append(rev.restart_sd_s / n)

@@ -20,11 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.catalog import load_catalog
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
-from spottrain.planner import _deps, risk
+from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
-from spottrain.planner.columns import REGROUP_S, Columns, Job, build_columns, cluster_revocations, node_counts
+from spottrain.planner.columns import (
+    REGROUP_S, Columns, Job, build_columns, cluster_revocations, node_counts, throughput_curve, throughput_mix,
+)
 from spottrain.planner.formulation import Limits, Outcome, Picks, SolveStats, homogeneous_feasible, solve_mix, spot_mask
 
 ONE_JOB = 1.0
@@ -68,9 +71,9 @@ class Context:
 
 def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: Limits) -> Outcome:
     groups = [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps) for i, n in picks]
-    thr, lo, hi, bott = _deps.throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps)
+    thr, lo, hi, bott = throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps)
     total = sum(n for _, n in picks)
-    spot = [(n, _deps.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
+    spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
     rate, smean, sd = cluster_revocations([(n * rev.rate_per_s, rev) for n, rev in spot], total)
     nodes = sum(n for _, n in picks)
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
@@ -144,7 +147,7 @@ def prepare(
               max_nodes=max_nodes, spot=spot, on_demand=on_demand, anchor=on_demand_anchor or anchor_share > 0,
               sync=sync, max_kinds=max_kinds)
     if offers is None:
-        catalog = catalog if catalog is not None else _deps.load_catalog()
+        catalog = catalog if catalog is not None else load_catalog()
         offers = catalog.offers
     snapshot = str(getattr(catalog, "snapshot_date", "") or "")
     if ps is None:
@@ -262,7 +265,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         N nodes of its fastest kind (the mix waits for its slowest GPU) revoked at the least rate of
         its members (none when one is on demand), under the exact risk model."""
         n = np.arange(1, m + 1)
-        revs = [_deps.revocation(ctx.cands[i].cloud, ctx.cands[i].gpu) for i in members if ctx.cands[i].spot]
+        revs = [risk.revocation(ctx.cands[i].cloud, ctx.cands[i].gpu) for i in members if ctx.cands[i].spot]
         if len(revs) < len(members):
             rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
         else:
@@ -273,7 +276,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         out = []
         for shape in sorted({ctx.cands[i].shape for i in members}):
             gpu, g, net = shape
-            thr, lo, hi, _ = _deps.throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
+            thr, lo, hi, _ = throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
             a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
                             work_log_sd=job.work_log_sd(n, n * g))
             e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
@@ -320,7 +323,7 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
     if spot_nodes and groups and exact_interval:
         g0 = next(g for g in groups if g.spot)
         rate = o.revocations / max(o.time_mean_s, 1e-9)
-        interval = _deps.optimal_checkpoint_interval_s(ctx.job.checkpoint_s, g0.cloud, g0.gpu, spot_nodes, rate / spot_nodes)
+        interval = risk.optimal_checkpoint_interval_s(ctx.job.checkpoint_s, g0.cloud, g0.gpu, spot_nodes, rate / spot_nodes)
     elif not spot_nodes:
         interval = 3600.0
     pred = PlanPrediction(

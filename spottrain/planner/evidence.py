@@ -27,7 +27,10 @@ import numpy as np
 
 from spottrain.planner import risk
 from spottrain.planner.columns import cluster_revocations
-from spottrain.units import format_probability, plural
+from spottrain.transience.select import known_pools, lifetime_model
+from spottrain.units import (
+    format_count, format_duration, format_interval, format_probability, format_rate, format_usd, plural,
+)
 
 ORDER = ("on-demand", "traced", "elsewhere", "pooled")
 """Evidence kinds from strongest to weakest."""
@@ -114,8 +117,6 @@ class PlanEvidence:
 @functools.cache
 def _traced_laws() -> dict[tuple[str, str], tuple[Law, tuple[str, ...]]]:
     """(cloud, GPU) with traces of its own -> (its law, the trace names it is fitted on)."""
-    from spottrain.transience.select import known_pools, lifetime_model
-
     out = {}
     for cloud, gpu in known_pools():
         m = lifetime_model(cloud, gpu)
@@ -128,16 +129,12 @@ def _traced_laws() -> dict[tuple[str, str], tuple[Law, tuple[str, ...]]]:
 
 def has_own_traces(cloud: str, gpu: str) -> bool:
     """Whether spot ``gpu`` servers on ``cloud`` have a lifetime law fitted on their own traces."""
-    from spottrain.transience.select import lifetime_model
-
     return lifetime_model(cloud, gpu).pooled_from is None
 
 
 @functools.cache
 def group_evidence(cloud: str, gpu: str, instance_type: str, spot: bool) -> GroupEvidence:
     """The evidence behind one node kind's revocation figures."""
-    from spottrain.transience.select import lifetime_model
-
     if not spot:
         return GroupEvidence(instance_type=instance_type, cloud=cloud, gpu=gpu, kind="on-demand",
                              detail="no revocations", law=None)
@@ -166,12 +163,10 @@ def group_evidence(cloud: str, gpu: str, instance_type: str, spot: bool) -> Grou
 
 def _p_deadline(plan: Any, lifetimes: list[float | None], *, job: Any = None) -> float | None:
     """P(deadline) of ``plan`` by the risk model with each group's mean lifetime given (None: on demand)."""
-    from spottrain.planner import _deps
-
     if plan.deadline_s is None:
         return None
     total = sum(g.count for g in plan.groups)
-    parts = [(g.count / max(life, 1.0), _deps.revocation(g.cloud, g.gpu))
+    parts = [(g.count / max(life, 1.0), risk.revocation(g.cloud, g.gpu))
              for g, life in zip(plan.groups, lifetimes) if life is not None]
     rate, smean, sd = cluster_revocations(parts, total)
     p = plan.prediction
@@ -282,8 +277,6 @@ def _faster(result: Any, refinement: Any) -> dict[str, Any] | None:
 
 def headline_rows(hl: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The headline's figures as a table: a column per source (analytical model, simulation)."""
-    from spottrain.units import format_count, format_duration, format_rate, format_usd
-
     a, sim = hl["analytical"], hl.get("simulated")
     cols = ["", "analytical model"] + ([f"simulation ({plural(sim['runs'], 'run')})"] if sim else [])
 
@@ -308,8 +301,6 @@ def headline_rows(hl: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def headline_lines(hl: dict[str, Any]) -> list[str]:
     """The headline's sentences (what it was chosen on, the evidence, the policy, a faster option)."""
-    from spottrain.units import format_duration, format_interval, format_usd
-
     sim = hl.get("simulated")
     goal = (f"deadline {format_duration(hl['deadline_s'])} at {format_probability(hl['confidence'])} required"
             if hl.get("deadline_s") is not None else f"budget {format_usd(hl.get('budget_usd'))}")

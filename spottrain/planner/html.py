@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from spottrain.plan import Plan
+from spottrain.planner.evidence import headline, headline_lines, headline_rows
+from spottrain.report.document import Report
+from spottrain.report.plots import pareto_plot
+from spottrain.units import format_duration, format_interval, format_probability, format_usd
 
 
 def headline_html(hl: dict[str, Any]) -> str:
     """The headline table (a column per source) and its sentences, as trusted HTML."""
-    from spottrain.planner.evidence import headline_lines, headline_rows
-
     cols, rows = headline_rows(hl)
     keys = {"expected time": "duration_s", "expected cost": "cost_usd", "P(meet deadline)": "p_meet_deadline",
             "revocations": "expected_revocations"}
@@ -49,11 +51,6 @@ def _raw(v: Any) -> str:
 
 
 def write_report(result: Any, path: str | Path, *, force: bool = False, refinement: Any = None) -> Path:
-    from spottrain.planner.evidence import headline
-    from spottrain.report.document import Report
-    from spottrain.report.plots import pareto_plot
-    from spottrain.units import format_duration, format_interval, format_probability, format_usd
-
     data = result.to_dict()
     best = result.best
     p = best.prediction

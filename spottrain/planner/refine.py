@@ -56,9 +56,13 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.errors import InputError
 from spottrain.plan import Plan, PlanPrediction
-from spottrain.planner.api import PlanResult
+from spottrain.planner.api import PlanResult, plan
 from spottrain.planner.engine import Context, to_plan
+from spottrain.sim import sources
+from spottrain.sim.hindsight import plan_setups, run_setups
+from spottrain.sim.sources import matching_traces, pooled_source
 
 SWEEP_SPOT = (1.25, 1.5, 2.0, 3.0)
 """Multiples of the fastest failure-free size ``n0`` tried for spot node kinds (besides n0, n0+1, n0+2)."""
@@ -334,17 +338,12 @@ class _Availability:
         self.pools: dict[str, tuple[str, ...]] = {}
 
     def names_for(self, group: Any) -> tuple[str, ...]:
-        from spottrain.sim.sources import matching_traces
-
         key = group.instance_type
         if key not in self.pools:
             self.pools[key] = tuple(matching_traces(group, traces=self.traces, exclude=self.exclude))
         return self.pools[key]
 
     def __call__(self, p: Plan) -> tuple[Any, str]:
-        from spottrain.sim import sources
-        from spottrain.sim.sources import pooled_source
-
         g = replay_group(p)
         names = self.names_for(g)
         mixed = len({x.instance_type for x in p.groups if x.spot}) > 1
@@ -403,8 +402,6 @@ class _Race:
     def run(self, first: int, most: int, *, t0: float, time_budget_s: float | None,
             progress: Callable[[int, int], None] | None) -> bool:
         """Race to the end; False when the time budget ran out first."""
-        from spottrain.sim.hindsight import run_setups
-
         n, target, stages_done = 0, first, 0
         per_run_s: float | None = None
         stages_left = 1 + max(math.ceil(math.log2(most / first)), 0) if most > first else 1
@@ -575,9 +572,6 @@ def refine(
     cannot finish within it, the analytical plan is returned (``timed_out``) and a note says so.
     ``engine``: see :func:`spottrain.sim.hindsight.simulate_plans`.
     """
-    from spottrain.errors import InputError
-    from spottrain.sim.hindsight import plan_setups
-
     if runs < 1:
         raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
     if max_candidates < 2:
@@ -708,8 +702,6 @@ def plan_refined(workload: Any, *, runs: int = 100, seed: int = 0, traces: Seque
     >>> result, ref = plan_refined(w, samples=90 * 1.28e6, deadline_s=16 * 3600, runs=100)  # doctest: +SKIP
     >>> ref.plan.cluster, ref.changed, ref.notes                                             # doctest: +SKIP
     """
-    from spottrain.planner.api import plan
-
     result = plan(workload, **plan_kwargs)
     on_demand = bool(plan_kwargs.get("allow_on_demand", True)) and not plan_kwargs.get("spot_only", False)
     ref = refine(result, result.context, runs=runs, seed=seed, traces=traces, exclude=exclude,

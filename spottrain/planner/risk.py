@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from spottrain.clouds import VM_STARTUP_S
-from spottrain.planner._deps import young_daly_interval_s
+from spottrain.transience import lifetime_model, replacement_delay, young_daly_interval_s
+from spottrain.transience import optimal_checkpoint_interval_s as _optimal_interval
 
 Z90 = 1.6448536269514722
 Z95 = Z90
@@ -55,6 +57,37 @@ LAUNCH_S = VM_STARTUP_S + JOB_SETUP_S
 ANCHOR_SNAPSHOT_GBS = 5.0
 """DeepVM-style asynchronous multi-level checkpointing to an on-demand anchor: the training stall
 is only the snapshot to host memory / the anchor, persisted in the background."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Revocation:
+    """What the risk model needs to know about losing one spot node of a kind."""
+
+    rate_per_s: float
+    """Revocations per node-second (1 / mean lifetime)."""
+    restart_mean_s: float
+    restart_sd_s: float
+    source: str
+
+
+@lru_cache(maxsize=1024)
+def revocation(cloud: str, gpu: str, zone: str | None = None) -> Revocation:
+    """Revocation rate and replacement delay of one spot node (the transience models, which fall
+    back to a pooled estimate and say so when this (cloud, gpu, zone) has no data of its own)."""
+    model = lifetime_model(cloud, gpu, zone)
+    mean = float(model.mean_lifetime_s())
+    delay = replacement_delay(cloud, gpu)
+    mean_d = float(delay.mean_s)
+    sd = max((float(delay.p95_s) - mean_d) / 1.645, 0.0)
+    src = f"{model.name} lifetime fit" + (f" (pooled from {model.pooled_from})" if model.pooled_from else "")
+    return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=sd, source=src)
+
+
+@lru_cache(maxsize=4096)
+def optimal_checkpoint_interval_s(checkpoint_cost_s: float, cloud: str, gpu: str, nodes: int,
+                                  rate_per_s: float) -> float:
+    """Exact optimum under the fitted lifetime model (``rate_per_s`` kept for the memo key)."""
+    return float(_optimal_interval(checkpoint_cost_s, lifetime_model(cloud, gpu), nodes=nodes))
 
 
 def checkpoint_cost_s(gradient_bytes: float, *, anchor: bool = False) -> float:

@@ -34,6 +34,9 @@ from typing import Any
 import numpy as np
 
 from spottrain.errors import InputError
+from spottrain.perf import ConvergenceModel
+from spottrain.perf.batch_scaling import BatchScalingModel, applies_to
+from spottrain.planner.risk import Z90
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -77,13 +80,9 @@ class TargetLoss:
         if sync != "async":
             if self.batch_model is None:
                 return np.zeros(nodes.shape)
-            from spottrain.planner.risk import Z90
-
             gpus = np.broadcast_to(np.atleast_1d(np.asarray(gpus, dtype=float)), nodes.shape)
             return np.array([self.batch_model.steps_log_error_q90(self.batch_size * max(g, 1.0)) / Z90
                              for g in gpus.tolist()])
-        from spottrain.planner.risk import Z90
-
         seen = np.isin(nodes, np.asarray(self.model.worker_counts_, dtype=float))
         return np.where(seen, 0.0, self.model.steps_log_error_q90() / Z90)
 
@@ -134,10 +133,6 @@ def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
         raise InputError(f"--target-loss: must be a positive loss, got {target_loss!r}")
     if critical_batch is not None and not critical_batch > 0:
         raise InputError(f"--critical-batch: must be a positive batch size, got {critical_batch!r}")
-    from spottrain.perf import ConvergenceModel
-
-    from spottrain.perf.batch_scaling import BatchScalingModel, applies_to
-
     batch_model = None
     if not isinstance(loss_curve[0], (list, tuple)) and applies_to(loss_curve):
         if critical_batch is not None:
