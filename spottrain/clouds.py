@@ -18,3 +18,13 @@ of CM-DARE's 45 measured starts of preemptible GCE K80 / P100 VMs, 87.3 s
 reads them, a test recomputes this value). The only start-up times shipped, so every cloud
 uses them: the planner's launch time and the simulator's boot of a node when no fitted
 replacement delay is asked for."""
+
+
+def vm_startup_s(cloud: str) -> float:
+    """VM start-up (s) on ``cloud`` when no fitted replacement delay is asked for: the measured
+    :data:`VM_STARTUP_S`, the same on every cloud (the only start-up times shipped)."""
+    return VM_STARTUP_S
+
+
+PREEMPTION_NOTICE_S = {"aws": 120.0, "gcp": 30.0, "azure": 30.0}
+"""Preemption notice per cloud (AWS two-minute warning, GCP/Azure 30 s)."""

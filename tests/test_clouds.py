@@ -2,9 +2,8 @@
 
 import pytest
 
-from spottrain.clouds import VM_STARTUP_S
+from spottrain.clouds import VM_STARTUP_S, vm_startup_s
 from spottrain.planner import risk
-from spottrain.sim import _deps
 from spottrain.transience.availability import startup_times_s
 
 
@@ -16,4 +15,4 @@ def test_vm_startup_is_the_mean_of_cmdare_measured_starts():
 
 def test_planner_and_simulator_boot_a_vm_in_the_same_time():
     assert risk.LAUNCH_S == VM_STARTUP_S + risk.JOB_SETUP_S
-    assert {_deps.startup_s(c) for c in ("aws", "gcp", "azure")} == {VM_STARTUP_S}
+    assert {vm_startup_s(c) for c in ("aws", "gcp", "azure")} == {VM_STARTUP_S}

@@ -6,7 +6,7 @@ from sim_plans import make_plan, write_trace
 from spottrain.clouds import VM_STARTUP_S
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.policies import register_policy, replace_cheapest
-from spottrain.sim import _deps, markets, sources
+from spottrain.sim import markets, sources
 from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_markets, make_setup, simulate
@@ -120,7 +120,7 @@ def test_no_alternatives_reproduces_the_plan_only_options_exactly(tmp_path):
 
 def test_derived_alternatives_fit_the_job():
     plan = make_plan(nodes=8)
-    alts = _deps.alternative_offers(plan, 4)
+    alts = markets.alternative_offers(plan, 4)
     assert 1 <= len(alts) <= 4
     from spottrain.catalog import gpu_spec, load_catalog
 
@@ -134,9 +134,9 @@ def test_derived_alternatives_fit_the_job():
         shapes.add((a["gpu"], a["gpus_per_node"]))
     assert len(shapes) == len(alts)
     big = make_plan(nodes=8, extra={"memory_needed_gib": 20.0})
-    assert all(gpu_spec(a["gpu"]).memory_gib >= 20.0 for a in _deps.alternative_offers(big, 4))
+    assert all(gpu_spec(a["gpu"]).memory_gib >= 20.0 for a in markets.alternative_offers(big, 4))
     zoned = make_plan(nodes=8, extra={"zones": ["usw2-az1"]})
-    assert all(a["zone"] == "usw2-az1" for a in _deps.alternative_offers(zoned, 4))
+    assert all(a["zone"] == "usw2-az1" for a in markets.alternative_offers(zoned, 4))
 
 
 def test_plan_alternatives_params_override_and_disable():

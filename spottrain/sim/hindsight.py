@@ -21,6 +21,7 @@ without spot nodes need none). Two references follow:
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -165,8 +166,6 @@ def run_setups(setups: Sequence[SimSetup], *, runs: int, seed: int = 0, workers:
     _FORKED[:] = list(setups)
     try:
         if workers > 1 and len(jobs) > 1:
-            import multiprocessing as mp
-
             with mp.get_context("fork").Pool(workers) as pool:
                 for j, res in zip(jobs, pool.imap(_run_one, jobs, chunksize=1)):
                     done[j[0]] = res

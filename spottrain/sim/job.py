@@ -8,7 +8,7 @@ current membership. What happens around it:
   when the revocation source says the market has room (trace replay) or at once (sampled
   lifetimes), bills from then on, boots (start-up / replacement delay) and joins.
 - **Revocations** arrive at the time the source gives (GCP: at most 24 h after the grant), with a
-  preemption **notice** ``NOTICE_S[cloud]`` seconds before (AWS 120 s, GCP 30 s). The policy is
+  preemption **notice** ``PREEMPTION_NOTICE_S[cloud]`` seconds before (AWS 120 s, GCP 30 s). The policy is
   asked at every notice, revocation, join, price change and periodic tick (for policies that
   use ticks) and answers with a :class:`~spottrain.policies.Decision`.
 - **Synchronous training** (``sync``, and the chief of async PS training): losing a node rolls
@@ -43,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, PREEMPTION_NOTICE_S, vm_startup_s
 from spottrain.policies import Decision, JobState, NodeOption, NodeView
-from spottrain.sim import _deps, markets
-from spottrain.sim._deps import frozen_without_init
+from spottrain.sim import markets
 from spottrain.sim.core import Environment, Interrupt
-from spottrain.sim.markets import NodeType
+from spottrain.sim.markets import NodeType, frozen_without_init, membership_key
 from spottrain.sim.setup import RunResult, SimSetup
 
 INF = math.inf
@@ -138,7 +138,7 @@ class JobRun:
         self.cost_since = now
 
     def _set_rate(self) -> None:
-        key = _deps.membership_key((n.type.gpu, n.type.gpus_per_node, 1) for n in self.live.values())
+        key = membership_key((n.type.gpu, n.type.gpus_per_node, 1) for n in self.live.values())
         self.rate = self.s.throughput(key)
         self._views = None
         if self.tl is not None:
@@ -240,7 +240,7 @@ class JobRun:
             delay = self.run_markets.delay_s(t)
         else:
             node.acq = now
-            delay = _deps.startup_s(t.cloud)
+            delay = vm_startup_s(t.cloud)
         if self.s.params.startup_s is not None:
             delay = self.s.params.startup_s
         if node.acq == INF or node.acq > self.s.horizon_s:
@@ -257,10 +257,10 @@ class JobRun:
         if node.type.spot:
             rv = self.run_markets.market(node.type.market)[0].revoke_time(now, node.slot)
             if node.type.cloud == "gcp":
-                rv = min(rv, now + _deps.GCP_CAP_S)
+                rv = min(rv, now + GCP_PREEMPTIBLE_CAP_S)
             node.revoke_at = max(rv, now)
             if rv < INF:
-                notice = _deps.NOTICE_S.get(node.type.cloud, 30.0)
+                notice = PREEMPTION_NOTICE_S.get(node.type.cloud, 30.0)
                 if rv - notice > now + delay:
                     self._at(rv - notice, "notice", node)
                 self._at(node.revoke_at, "revoke", node)

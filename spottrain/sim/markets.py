@@ -18,18 +18,24 @@ else its market's long-run up fraction.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from spottrain.catalog import gpu_label
-from spottrain.errors import InputError
+from spottrain.catalog import gpu_label, gpu_spec, load_catalog
+from spottrain.clouds import vm_startup_s
+from spottrain.errors import InputError, UnknownNameError
+from spottrain.perf import Workload, predict_throughput
+from spottrain.perf.workload import training_state_gib
+from spottrain.plan import Plan, PlanGroup
 from spottrain.policies import NodeOption
-from spottrain.sim import _deps
-from spottrain.sim.sources import TracePool, from_model, from_trace, matching_traces
+from spottrain.sim.sources import TracePool, from_model, from_trace, matching_traces, replacement_sampler
+from spottrain.transience import load_trace
 
 INF = math.inf
 
@@ -62,7 +68,7 @@ def resolve_alternatives(plan, alternatives=None, limit: int = 4) -> list[dict]:
         alternatives = plan.extra.get("alternatives")
         if alternatives is None:
             # ask for more than ``limit``: some may be beyond the job's price scale
-            alternatives = _deps.alternative_offers(plan, max(limit, 0) * 4)
+            alternatives = alternative_offers(plan, max(limit, 0) * 4)
         alternatives = [a for a in alternatives if within_price_scale(plan, a)][:max(limit, 0)]
     return list(alternatives)
 
@@ -89,13 +95,11 @@ def alternative_groups(plan, alternatives=None, limit: int = 4) -> list:
     (``count``: the plan's spot nodes, the size of market a trace is mapped onto).
 
     ``alternatives``: None takes ``plan.extra['alternatives']`` when the plan carries them, else
-    derives the ``limit`` best from the catalog (:func:`spottrain.sim._deps.alternative_offers`);
+    derives the ``limit`` best from the catalog (:func:`alternative_offers`);
     ``()`` gives none; else a sequence of dicts with at least ``instance_type`` (missing fields
     come from the catalog offer of that instance type in the plan's region, then from the plan;
     an optional ``trace`` names the trace to replay for that type).
     """
-    from spottrain.plan import PlanGroup
-
     spot = [g for g in plan.groups if g.spot]
     alternatives = resolve_alternatives(plan, alternatives, limit)
     if not spot:
@@ -131,8 +135,6 @@ _GROUP_FIELDS = ("cloud", "instance_type", "gpu", "gpus_per_node", "region", "zo
 
 
 def _offer_fields(g0, itype: str) -> dict:
-    from spottrain.catalog import load_catalog
-
     offers = [o for o in load_catalog().query(cloud=g0.cloud, region=g0.region, spot=True, instance_type=itype)
               if o.spot_price_usd_per_hour]
     if not offers:
@@ -186,8 +188,6 @@ class Markets:
         return {self.groups[m - 1].instance_type: d for m, d in sorted(self._desc.items())}
 
     def _prepare(self, group):
-        import dataclasses
-
         one = dataclasses.replace(self.plan, groups=(group,))
         own = self.traces.get(group.instance_type)
         if own is not None:
@@ -198,7 +198,7 @@ class Markets:
                 members = [from_trace(n, one, self.horizon_s) for n in names]
                 if len(members) == 1:
                     return members[0], f"trace {names[0]}"
-                pool = TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)
+                pool = TracePool(members, [load_trace(n).duration_s for n in names], names)
                 return pool, pool.description
             src = from_model(one)
             return src, f"no trace of {group.instance_type}: {src.description}"
@@ -217,7 +217,7 @@ def add_alternative_types(types: dict[tuple[str, bool, str | None], NodeType], m
         types[key] = t = NodeType(
             cloud=g.cloud, instance_type=g.instance_type, gpu=gpu_label(g.gpu),
             gpus_per_node=g.gpus_per_node, spot=True, zone=g.zone, price_usd_per_hour=float(g.price_usd_per_hour),
-            weight=_deps.gpu_weight(g.gpu) * g.gpus_per_node, market=k)
+            weight=gpu_weight(g.gpu) * g.gpus_per_node, market=k)
         added.append(t)
     return added
 
@@ -236,7 +236,7 @@ class LiveOptions:
         self.types = types
         self.throughput = throughput
         self.stall_factor = stall_factor
-        self.delay_s = {id(t): _deps.startup_s(t.cloud) + restart_s for t in types}
+        self.delay_s = {id(t): vm_startup_s(t.cloud) + restart_s for t in types}
         self.gains: dict[tuple, list[float]] = {}
         """Throughput each option adds to a membership (live + pending nodes), per membership."""
 
@@ -245,12 +245,12 @@ class LiveOptions:
         base_key = tuple(sorted(base.items()))
         gains = self.gains.get(base_key)
         if gains is None:
-            tp0 = self.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base_key))
+            tp0 = self.throughput(membership_key((g, gpn, c) for (g, gpn), c in base_key))
             gains = []
             for t in self.types:
                 k = (t.gpu, t.gpus_per_node)
                 base[k] = base.get(k, 0) + 1
-                gains.append(self.throughput(_deps.membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0)
+                gains.append(self.throughput(membership_key((g, gpn, c) for (g, gpn), c in base.items())) - tp0)
                 base[k] -= 1
             if len(self.gains) > self.CACHE_SIZE:
                 self.gains.clear()
@@ -262,7 +262,7 @@ class LiveOptions:
         """Every type's option for the membership ``base``, at its current price and availability."""
         out = []
         for t, gain in zip(self.types, self.gains_for(base)):
-            out.append(_deps.frozen_without_init(
+            out.append(frozen_without_init(
                 NodeOption, instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
                 price_usd_per_hour=price_of(t), throughput=gain * self.stall_factor,
                 delay_s=self.delay_s[id(t)], p_available=p_now(t) if t.spot else 1.0))
@@ -295,10 +295,10 @@ class RunMarkets:
         trace, else a draw of its fitted replacement-delay model (from its market's generator)."""
         rev, _, rng = self.market(t.market)
         if rev.kind == "trace":
-            return _deps.startup_s(t.cloud)
+            return vm_startup_s(t.cloud)
         key: tuple = (t.cloud, t.gpu, t.market) if t.market else (t.cloud, t.gpu)
         if key not in self._delay_pool:
-            self._delay_pool[key] = (_deps.replacement_sampler(t.cloud, t.gpu, True)[0], [])
+            self._delay_pool[key] = (replacement_sampler(t.cloud, t.gpu, True)[0], [])
         fn, pool = self._delay_pool[key]
         if not pool:
             pool.extend(fn(32, rng).tolist())
@@ -322,7 +322,7 @@ def price_events(name: str, types: dict[tuple[str, bool, str | None], NodeType],
 
     A source ``zone/instance_type`` (or just ``instance_type``) matches a type by instance type;
     the type's own zone is preferred when the trace has it, else the first such source."""
-    trace = _deps.load_trace(name)
+    trace = load_trace(name)
     events = [e for e in trace.events if e.event == "price" and e.value is not None]
     out = []
     for key in keys if keys is not None else list(types):
@@ -338,3 +338,157 @@ def price_events(name: str, types: dict[tuple[str, bool, str | None], NodeType],
         raise InputError(f"price trace {name} has no prices for the plan's spot instance types "
                          f"({', '.join(sorted({t.instance_type for t in types.values() if t.spot}))})")
     return sorted(out)
+
+
+# ---------------------------------------------------------------- node weights and cluster throughput
+def gpu_weight(gpu: str) -> float:
+    """Relative speed of one GPU (peak fp32 TFLOPS), used to split cluster throughput."""
+    try:
+        return float(gpu_spec(gpu).fp32_tflops)
+    except UnknownNameError:
+        return 1.0
+
+
+def throughput_function(plan: Plan) -> tuple[Callable[[tuple[tuple[str, int, int], ...]], float], str]:
+    """``f(membership) -> samples/s`` where membership is a sorted tuple of ``(gpu, gpus_per_node, count)``.
+
+    Calibrated so that the plan's own membership gives the plan's predicted throughput: the
+    performance model (``spottrain.perf.predict_throughput``) supplies the *ratio* between
+    memberships.
+    """
+    planned = membership_key((g.gpu, g.gpus_per_node, g.count) for g in plan.groups)
+    base_tp = plan.prediction.throughput_samples_per_s
+    cache: dict[tuple[tuple[str, int, int], ...], float] = {}
+    raw = _perf_raw(plan)
+    desc = "performance model (spottrain.perf), scaled to the plan's prediction"
+    ref = raw(planned) or 1.0
+
+    def f(key: tuple[tuple[str, int, int], ...]) -> float:
+        v = cache.get(key)
+        if v is None:
+            v = 0.0 if not key else base_tp * raw(key) / ref
+            cache[key] = v
+        return v
+
+    return f, desc
+
+
+def membership_key(items: Any) -> tuple[tuple[str, int, int], ...]:
+    agg: dict[tuple[str, int], int] = {}
+    for gpu, gpn, n in items:
+        if n > 0:
+            agg[(gpu, gpn)] = agg.get((gpu, gpn), 0) + n
+    return tuple(sorted((g, gpn, n) for (g, gpn), n in agg.items()))
+
+
+def _perf_raw(plan: Plan) -> Callable[[tuple[tuple[str, int, int], ...]], float]:
+    w = plan.workload
+    network_gbps = min(g.network_gbps for g in plan.groups) if plan.groups else None
+    workload = Workload(
+        model=w.model, batch_size=w.batch_size, flops_per_sample=w.flops_per_sample,
+        param_count=w.param_count, gradient_bytes=w.gradient_bytes, step_time_s_ref=None, ref_gpu=None,
+    )
+
+    def raw(key: tuple[tuple[str, int, int], ...]) -> float:
+        spec = "+".join(f"{n}x{g}" + (f":{gpn}" if gpn != 1 else "") for g, gpn, n in key)
+        with warnings.catch_warnings():
+            # memberships beyond the fitted range are expected (replacements overlap); the
+            # plan's own prediction already carries the extrapolation flag.
+            warnings.simplefilter("ignore")
+            return float(predict_throughput(workload, spec, ps=plan.ps, sync=plan.sync,
+                                            network_gbps=network_gbps).throughput)
+
+    return raw
+
+
+# ---------------------------------------------------------------- replacement candidates
+def alternative_offers(plan: Plan, limit: int = 4) -> list[dict[str, Any]]:
+    """Spot offers of *other* instance types whose nodes could replace the plan's spot nodes.
+
+    Candidates are the catalog's spot offers of the plan's cloud and region (zones limited to
+    ``plan.extra['zones']`` when the plan records an allow-list) whose GPU holds the workload
+    (the planner's memory rule, or ``plan.extra['memory_needed_gib']``) and, for synchronous all-reduce, with
+    as many GPUs per node as the plan's nodes (a ring of mixed node widths is not what the plan
+    was sized for; parameter-server training takes any width). One offer per instance type (its
+    cheapest allowed zone); ranked by spot price per sample/s of a homogeneous cluster of that
+    type as large as the plan's spot part (performance model), one per node shape (GPU, GPUs per
+    node); the ``limit`` best are returned as
+    dicts with the keys of :class:`spottrain.plan.PlanGroup` (less ``count`` and ``spot``).
+    """
+    spot = [g for g in plan.groups if g.spot]
+    if not spot or limit <= 0:
+        return []
+    key = (_plan_key(plan), limit)
+    hit = _ALTS.get(key)
+    if hit is not None:
+        return [dict(x) for x in hit]
+    g0 = spot[0]
+    own = {g.instance_type for g in plan.groups}
+    zones = {z.lower() for z in plan.extra.get("zones") or ()} or None
+    # the planner's GPU-memory rule without a profile (spottrain.planner.candidates.memory_needed_gib)
+    need_gib = float(plan.extra.get("memory_needed_gib") or training_state_gib(plan.workload.param_count))
+    all_reduce = plan.ps == 0 and plan.sync != "async"
+    nodes = sum(g.count for g in spot)
+    best: dict[str, Any] = {}
+    for o in load_catalog().query(cloud=g0.cloud, region=g0.region, spot=True):
+        price = o.spot_price_usd_per_hour
+        if o.instance_type in own or price is None or not price > 0 or not o.gpu_count or int(o.gpu_count) != o.gpu_count:
+            continue
+        if zones is not None and (o.zone or o.region).lower() not in zones:
+            continue
+        if all_reduce and int(o.gpu_count) != g0.gpus_per_node:
+            continue
+        try:
+            spec = gpu_spec(o.gpu)
+        except UnknownNameError:
+            continue
+        if spec.memory_gib is None or spec.memory_gib < need_gib:  # a board without a recorded capacity
+            continue
+        old = best.get(o.instance_type)
+        if old is None or (price, o.zone or "") < (old.spot_price_usd_per_hour, old.zone or ""):
+            best[o.instance_type] = o
+    raw = _perf_raw(plan)
+    ranked = []
+    for o in best.values():
+        gpu = gpu_label(o.gpu)
+        tp = raw(((gpu, int(o.gpu_count), nodes),)) / nodes
+        if tp > 0:
+            ranked.append((o.spot_price_usd_per_hour / tp, o.instance_type, o, gpu))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    seen: set[tuple[str, int]] = set()
+    distinct = []
+    for r in ranked:  # one offer per node shape: three sizes of g4dn.* are one alternative
+        shape = (r[3], int(r[2].gpu_count))
+        if shape not in seen:
+            seen.add(shape)
+            distinct.append(r)
+    out = [dict(cloud=o.cloud, instance_type=o.instance_type, gpu=gpu, gpus_per_node=int(o.gpu_count),
+                region=o.region, zone=o.zone, price_usd_per_hour=float(o.spot_price_usd_per_hour),
+                on_demand_price_usd_per_hour=float(o.price_usd_per_hour), network_gbps=float(o.network_gbps))
+           for _, _, o, gpu in distinct[:limit]]
+    if len(_ALTS) > 64:
+        _ALTS.clear()
+    _ALTS[key] = tuple(out)
+    return [dict(x) for x in out]
+
+
+_ALTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
+
+
+def _plan_key(plan: Plan) -> tuple:
+    return (plan.workload, plan.groups, plan.ps, plan.sync, tuple(sorted(plan.extra.get("zones") or ())),
+            plan.extra.get("memory_needed_gib"))
+
+
+# ---------------------------------------------------------------- speed
+def frozen_without_init(cls: type, **fields: Any) -> Any:
+    """Build a frozen dataclass instance without running its __init__.
+
+    The generated __init__ of a frozen dataclass sets every field through object.__setattr__;
+    filling the instance dict directly gives an identical (equal, hashable, immutable to user
+    code) object several times faster. The policy is asked hundreds of times per run. All
+    fields must be given.
+    """
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj

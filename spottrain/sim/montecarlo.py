@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing as mp
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,8 +162,6 @@ def simulate(
     >>> res = simulate(plan, trace="bamboo-aws-p3", runs=100)   # doctest: +SKIP
     >>> res.summaries[0].cost_usd.mean                          # doctest: +SKIP
     """
-    import time
-
     if runs <= 0:
         raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
     if engine not in ENGINES:
@@ -210,8 +210,6 @@ def simulate(
     if not policies_ev:
         pass
     elif workers > 1:
-        import multiprocessing as mp
-
         _FORKED.clear()
         _FORKED.update(setups)
         chunk = max(runs // (workers * 4), 1)

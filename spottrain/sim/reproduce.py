@@ -37,6 +37,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -45,7 +46,14 @@ from typing import Any
 import numpy as np
 
 from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S
+from spottrain.perf import ThroughputModel, Workload, load_shipped, predict_throughput
 from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.sim.job import run_setup
+from spottrain.sim.montecarlo import run_seed
+from spottrain.sim.setup import SimParams, SimSetup
+from spottrain.sim.sources import LifetimeSource
+from spottrain.transience import load_trace, node_lifetimes
+from spottrain.transience.select import best_by_aic, fit_models
 
 STEPS = 64_000
 BATCH = 128
@@ -174,8 +182,6 @@ def measured_1ps_k80(workers: int) -> tuple[int, float]:
 # ---------------------------------------------------------------- predicted side
 class _Predictor:
     def __init__(self, calibrate: bool = False) -> None:
-        from spottrain.perf import ThroughputModel, Workload, load_shipped
-
         rows = load_shipped(("cmdare",))
         self.model = ThroughputModel(folds=0, correction="none").fit(rows)
         # The "profile" of ResNet-32 on each GPU: CM-DARE's single-worker measurement (1 worker +
@@ -203,10 +209,6 @@ class _Predictor:
         step time of the GPU alone: passing the profile as is would count the PS round trip twice.
         Solve (bisection on the log scale) for the standalone step time that reproduces the profile.
         """
-        import warnings
-
-        from spottrain.perf import predict_throughput
-
         def step_with_ps(ref_s: float) -> float:
             w = dataclasses.replace(base, step_time_s_ref=ref_s, ref_gpu=gpu)
             with warnings.catch_warnings():
@@ -220,10 +222,6 @@ class _Predictor:
         return dataclasses.replace(base, step_time_s_ref=math.exp(0.5 * (lo + hi)), ref_gpu=gpu)
 
     def throughput(self, gpu: str, workers: int, ps: int) -> float:
-        import warnings
-
-        from spottrain.perf import predict_throughput
-
         key = (gpu, workers, ps)
         if key not in self._cache:
             with warnings.catch_warnings():
@@ -234,9 +232,6 @@ class _Predictor:
 
     def lifetimes(self, gpu: str) -> tuple[Any, str]:
         if gpu not in self._lifetimes:
-            from spottrain.transience import load_trace, node_lifetimes
-            from spottrain.transience.select import best_by_aic, fit_models
-
             trace = load_trace(f"transient-dl-lifetime-{gpu.lower()}")
             lt = node_lifetimes(trace)
             fits = fit_models(lt.durations_s, lt.observed, max_lifetime_s=GCP_PREEMPTIBLE_CAP_S)
@@ -284,11 +279,6 @@ def study_rate_usd_per_s(folder: str, workers: int, ps: int = 1) -> float:
 def _predict_spot(pred: _Predictor, gpu: str, workers: int, ps: int, usd_per_s: float, runs: int,
                   seed: int) -> tuple[float, float, float]:
     """(mean duration s, mean cost USD, failed share) over simulated runs that kept their chief."""
-    from spottrain.sim.job import run_setup
-    from spottrain.sim.setup import SimParams, SimSetup
-    from spottrain.sim.montecarlo import run_seed
-    from spottrain.sim.sources import LifetimeSource
-
     model, desc = pred.lifetimes(gpu)
     source = LifetimeSource(lambda n, rng: np.asarray(model.sample(n, rng), float), desc,
                             GCP_PREEMPTIBLE_CAP_S)

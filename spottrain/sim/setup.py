@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spottrain.catalog import gpu_label
+from spottrain.clouds import vm_startup_s
 from spottrain.plan import Plan
 from spottrain.policies import NodeOption, NodeView, Policy, get_policy
-from spottrain.sim import _deps, markets
-from spottrain.sim.markets import NodeType
+from spottrain.sim import markets
+from spottrain.sim.markets import NodeType, gpu_weight, throughput_function
 from spottrain.sim.sources import run_horizon_s
 
 INF = math.inf
@@ -97,7 +98,7 @@ class SimSetup:
         if self.throughput_override is not None:
             self.throughput, self.throughput_desc = self.throughput_override
         else:
-            self.throughput, self.throughput_desc = _deps.throughput_function(plan)
+            self.throughput, self.throughput_desc = throughput_function(plan)
         w = plan.workload
         ckpt = p.checkpoint_cost_s
         if ckpt is None:
@@ -167,13 +168,13 @@ class SimSetup:
         if key not in self.types:
             self.types[key] = NodeType(cloud=cloud, instance_type=itype, gpu=gpu_label(gpu), gpus_per_node=gpn,
                                        spot=spot, zone=zone, price_usd_per_hour=float(price),
-                                       weight=_deps.gpu_weight(gpu) * gpn)
+                                       weight=gpu_weight(gpu) * gpn)
         return self.types[key]
 
     def _option(self, t: NodeType, tp_per_weight: float) -> NodeOption:
         return NodeOption(instance_type=t.instance_type, gpu=t.gpu, spot=t.spot, zone=t.zone,
                           price_usd_per_hour=t.price_usd_per_hour, throughput=t.weight * tp_per_weight,
-                          delay_s=_deps.startup_s(t.cloud) + self.restart_s,
+                          delay_s=vm_startup_s(t.cloud) + self.restart_s,
                           p_available=getattr(self.source, "mean_up_fraction", 1.0) if t.spot else 1.0)
 
     def _price_events(self, name: str, keys: list | None = None,

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from spottrain.catalog import gpu_label
+from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, vm_startup_s
 from spottrain.errors import InputError
-from spottrain.sim import _deps
+from spottrain.transience import lifetime_model, list_traces, load_trace, replacement_delay
 
 INF = math.inf
 
@@ -223,7 +224,7 @@ def _trace_matches(trace, plan) -> bool:
 
 def from_trace(name: str, plan, horizon_s: float):
     """Prepare trace ``name`` for replay against ``plan`` (raises InputError when it does not fit)."""
-    trace = _deps.load_trace(name)
+    trace = load_trace(name)
     spot_nodes = sum(g.count for g in plan.groups if g.spot)
     if spot_nodes == 0:
         raise InputError(f"the plan has no spot nodes: trace {name} has nothing to revoke")
@@ -236,7 +237,7 @@ def from_trace(name: str, plan, horizon_s: float):
             f"trace {name} has no events for the plan's spot instance types {types}: it is about "
             f"{trace.gpu or '?'} ({about}); pick a matching trace (spottrain transience --list) or use --model fitted"
         )
-    gcp_cap = _deps.GCP_CAP_S if trace.cloud == "gcp" else None
+    gcp_cap = GCP_PREEMPTIBLE_CAP_S if trace.cloud == "gcp" else None
     if trace.kind == "nodes" and (trace.cloud == "gcp" or "max_lifetime_s" in trace.meta):
         lives, started = [], {}
         for e in trace.events:
@@ -285,8 +286,8 @@ def from_model(plan):
     if not spot:
         raise InputError("the plan has no spot nodes: nothing to revoke")
     g = spot[0]
-    sample, desc = _deps.lifetime_sampler(g.cloud, g.gpu)
-    return LifetimeSource(sample, desc, _deps.GCP_CAP_S if g.cloud == "gcp" else None)
+    sample, desc = lifetime_sampler(g.cloud, g.gpu)
+    return LifetimeSource(sample, desc, GCP_PREEMPTIBLE_CAP_S if g.cloud == "gcp" else None)
 
 
 # ---------------------------------------------------------------- empirical availability
@@ -299,11 +300,11 @@ def matching_traces(group: Any, *, traces: Sequence[str] | None = None,
     (node traces of spot clusters). Price traces never match. ``exclude`` drops traces by name or
     by zone (a zone drops every trace recorded there, whatever its date), so that a benchmark can
     hold out the trace it scores on. ``traces``: names or user-CSV paths (default: shipped)."""
-    names = list(traces) if traces is not None else _deps.list_traces()
+    names = list(traces) if traces is not None else list_traces()
     drop = {x.lower() for x in exclude}
     by_type, by_gpu = [], []
     for name in names:
-        t = _deps.load_trace(name)
+        t = load_trace(name)
         if t.kind == "price" or t.cloud != group.cloud:
             continue
         if name.lower() in drop or (t.zone and t.zone.lower() in drop):
@@ -347,4 +348,23 @@ def pooled_source(plan, names: Sequence[str], params: Any = None) -> TracePool:
     (``params``: the run's :class:`~spottrain.sim.setup.SimParams`, for its ``horizon_s``)."""
     horizon = run_horizon_s(plan, params)
     members = [from_trace(n, plan, horizon) for n in names]
-    return TracePool(members, [_deps.load_trace(n).duration_s for n in names], names)
+    return TracePool(members, [load_trace(n).duration_s for n in names], names)
+
+
+def lifetime_sampler(cloud: str, gpu: str) -> tuple[Callable[[int, Any], Any], str]:
+    """``(sample(n, rng) -> array of lifetimes in s, description)`` for spot nodes of ``gpu``:
+    the best fit by AIC of :func:`spottrain.transience.lifetime_model` (pooled, and saying so,
+    where this cloud and GPU have no data of their own)."""
+    model = lifetime_model(cloud, gpu)
+    desc = f"fitted lifetime model {model.name} for {cloud} {gpu}" + (
+        f" (pooled from {model.pooled_from})" if model.pooled_from else "")
+    return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), desc
+
+
+def replacement_sampler(cloud: str, gpu: str, spot: bool) -> tuple[Callable[[int, Any], Any], str]:
+    """``(sample(n, rng) -> delays in s, description)``: time from request to a booted node."""
+    if spot:
+        model = replacement_delay(cloud, gpu)
+        return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), f"fitted replacement delay ({cloud} {gpu})"
+    base = vm_startup_s(cloud)
+    return (lambda n, rng: np.full(n, base)), f"constant start-up {base:.0f} s"

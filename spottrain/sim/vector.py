@@ -42,9 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from spottrain.sim import _deps
+from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, PREEMPTION_NOTICE_S, vm_startup_s
+from spottrain.policies import _margin_s
+from spottrain.sim.markets import membership_key
 from spottrain.sim.setup import RunResult, SimSetup
-from spottrain.sim.sources import CapacityTrace, LifetimeSource, NoRevocations, TracePool
+from spottrain.sim.sources import CapacityTrace, LifetimeSource, NoRevocations, TracePool, replacement_sampler
 
 INF = math.inf
 
@@ -178,13 +180,13 @@ class _Batch:
         self.price = t.price_usd_per_hour / 3600.0
         od = setup.fallback_types[0]
         self.od_price = od.price_usd_per_hour / 3600.0
-        self.rates = np.asarray([setup.throughput(_deps.membership_key([(t.gpu, t.gpus_per_node, k)]))
+        self.rates = np.asarray([setup.throughput(membership_key([(t.gpu, t.gpus_per_node, k)]))
                                  for k in range(N + 1)], dtype=float)
         fixed = setup.params.startup_s
-        self.startup = float(fixed) if fixed is not None else _deps.startup_s(t.cloud)
-        self.od_startup = float(fixed) if fixed is not None else _deps.startup_s(od.cloud)
-        self.notice_s = _deps.NOTICE_S.get(t.cloud, 30.0)
-        self.gcp_cap = _deps.GCP_CAP_S if t.cloud == "gcp" else INF
+        self.startup = float(fixed) if fixed is not None else vm_startup_s(t.cloud)
+        self.od_startup = float(fixed) if fixed is not None else vm_startup_s(od.cloud)
+        self.notice_s = PREEMPTION_NOTICE_S.get(t.cloud, 30.0)
+        self.gcp_cap = GCP_PREEMPTIBLE_CAP_S if t.cloud == "gcp" else INF
         self.rng = np.random.default_rng([int(draw_seed if draw_seed is not None else (seeds[0] if seeds else 0)),
                                           len(seeds), 7])
         # revocation source
@@ -210,12 +212,10 @@ class _Batch:
                 self.kind = "model"
                 self.life = src
                 if fixed is None:
-                    self.delay_fn = _deps.replacement_sampler(t.cloud, t.gpu, True)[0]
+                    self.delay_fn = replacement_sampler(t.cloud, t.gpu, True)[0]
         # deadline policy constants (uniform progress on the on-demand fallback)
         self.deadline = setup.plan.deadline_s
         if self.rule.margin is not None and self.deadline is not None and setup.od_fallback and self.spot:
-            from spottrain.policies import _margin_s
-
             margin = _margin_s(self.deadline) if self.rule.margin == "margin" else 0.0
             self.od_rate = max(sum(o.throughput for o in setup.od_fallback), 1e-12)
             od_delay = max(o.delay_s for o in setup.od_fallback)
