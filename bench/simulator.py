@@ -166,10 +166,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer runs (smoke test)")
     ap.add_argument("--write", default=None, help="write the markdown results here")
+    ap.add_argument("--only-speed", action="store_true",
+                    help="run only the speed section and replace it in the page given by --write (the other "
+                         "sections keep their last figures, and the page says so)")
     args = ap.parse_args()
     LOAD[0] = os.getloadavg()[0]
     t0 = time.time()
     sp = speed(200 if args.quick else 1000, 2_000 if args.quick else 10_000)
+    if args.only_speed:
+        if args.write:
+            _replace_speed(args.write, sp, time.time() - t0, args.quick)
+        return
     fi = fidelity(200 if args.quick else 2000)
     po = policies(50 if args.quick else 300)
     if args.write:
@@ -194,6 +201,27 @@ def main() -> None:
             "replace-cheapest.", "", *po, "",
         ]
         write_page(args.write, out)
+
+
+SPEED_INTRO = ("Runs of one policy (replace-same) of a 24-hour, 16 x p3.2xlarge spot job replayed over the 45-day "
+               "SkyPilot availability trace of each zone (random offset per run). Anchor: the event engine "
+               "(`spottrain.sim.job`, one run at a time, one worker) on the same runs in the same process; the array "
+               "engine (`spottrain.sim.vector`) replays the same offsets, so the mean costs agree run for run. "
+               "CPU seconds count this process and its workers; wall seconds depend on the load of the shared "
+               "machine (load average above).")
+
+
+def _replace_speed(path: str, sp: list[str], took_s: float, quick: bool) -> None:
+    """Replace the Speed section of the page at ``path`` (the other sections stay as they were)."""
+    page = Path(path).read_text()
+    start = page.index("## Speed")
+    end = page.index("\n## ", start + 1)
+    section = ["## Speed", "",
+               f"Re-run alone: `.venv/bin/python bench/simulator.py{' --quick' if quick else ''} --only-speed --write "
+               f"{path}` ({platform.machine()}, {os.cpu_count()} cores; took {took_s:.0f} s; load average at the start "
+               f"{LOAD[0]:.1f} / at the end {os.getloadavg()[0]:.1f}). The sections below it are from the last full "
+               "run (command at the top of the page).", "", SPEED_INTRO, "", *sp, ""]
+    Path(path).write_text(page[:start] + "\n".join(section) + page[end:])
 
 
 if __name__ == "__main__":
