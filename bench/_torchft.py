@@ -36,6 +36,18 @@ from torchft import Manager, ProcessGroupGloo
 from spottrain.runtime.examples import get_example, classification_loss
 from spottrain.runtime.sampler import DeterministicSampler, shard
 torch.set_num_threads(1)
+if os.environ.get("GLOO_SOCKET_IFNAME"):
+    # torchft builds its gloo backend with the 4-argument constructor, whose device comes from
+    # the hostname, not from GLOO_SOCKET_IFNAME; on a namespace host that address is not the
+    # host's own: bind gloo to the host's interface, as torch.distributed does.
+    import torchft.process_group as _tpg
+    _Gloo = _tpg.BaseProcessGroupGloo
+    def _gloo(store, rank, world_size, timeout):
+        opts = _Gloo._Options()
+        opts._timeout = timeout
+        opts._devices = [_Gloo.create_device(interface=os.environ["GLOO_SOCKET_IFNAME"])]
+        return _Gloo(store, rank, world_size, opts)
+    _tpg.BaseProcessGroupGloo = _gloo
 name, steps, rid, lighthouse, addr, events = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 out = open(events, "a", buffering=1)
 def ev(kind, **kw):
@@ -52,7 +64,7 @@ def state_dict():
 def load_state_dict(sd):
     model.load_state_dict(sd["model"]); opt.load_state_dict(sd["optim"]); sampler.load_state_dict(sd["sampler"])
 store = dist.TCPStore(addr, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-t5 = timedelta(seconds=5)
+t5 = timedelta(seconds=float(os.environ.get("TORCHFT_BENCH_TIMEOUT_S", "5")))
 manager = Manager(pg=ProcessGroupGloo(timeout=t5), load_state_dict=load_state_dict, state_dict=state_dict,
                   min_replica_size=1, use_async_quorum=False, timeout=t5, quorum_timeout=t5, connect_timeout=t5,
                   rank=0, world_size=1, store_addr=addr, store_port=store.port, lighthouse_addr=lighthouse,
@@ -91,10 +103,10 @@ os._exit(0)
 """
 
 
-def _lighthouse(address: str, min_replicas: int) -> subprocess.Popen[bytes]:
+def _lighthouse(address: str, min_replicas: int, heartbeat_s: float = 5.0) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).parent / "torchft_lighthouse"
     return subprocess.Popen([str(exe), "--bind", f"{address}:29510", "--min_replicas", str(min_replicas),
-                             "--heartbeat_timeout_ms", "5000"],
+                             "--heartbeat_timeout_ms", str(int(heartbeat_s * 1000))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -104,7 +116,7 @@ def run_one(kind: str | None, args: Any, tmp: Path) -> dict[str, Any]:
     d = tmp / name
     d.mkdir(parents=True, exist_ok=True)
     with Network(hosts=args.hosts) as net:
-        lh = _lighthouse(net.address, max(args.hosts - 1, 1))
+        lh = _lighthouse(net.address, max(args.hosts - 1, 1), getattr(args, "torchft_timeout", 5.0))
         lh_addr = f"http://{net.address}:29510"
         procs: dict[str, tuple[subprocess.Popen[bytes], Any]] = {}
         counter = [0]
@@ -112,7 +124,8 @@ def run_one(kind: str | None, args: Any, tmp: Path) -> dict[str, Any]:
         def start(host: Any, initial: int = 0) -> str:
             rid = f"r{counter[0]}"
             counter[0] += 1
-            env = {**os.environ, **host.env(), "OMP_NUM_THREADS": "1", "SPOTTRAIN_BENCH_RUN": str(d)}
+            env = {**os.environ, **host.env(), "OMP_NUM_THREADS": "1", "SPOTTRAIN_BENCH_RUN": str(d),
+                   "TORCHFT_BENCH_TIMEOUT_S": str(getattr(args, "torchft_timeout", 5.0))}
             log = open(d / f"{rid}.log", "ab")
             p = subprocess.Popen(host.prefix + [sys.executable, "-c", REPLICA, args.example, str(args.steps), rid,
                                                 lh_addr, host.address, str(d / f"events-{rid}.jsonl"), str(initial)],
@@ -206,6 +219,8 @@ def run_one(kind: str | None, args: Any, tmp: Path) -> dict[str, Any]:
         before = max((s for t, s, _ in steps if t <= fault_t), default=0)
         after = next(((t, s) for t, s, _ in sorted(steps) if t > fault_t), None)
         row["recovery_s"] = round(after[0] - fault_t, 3) if after else None
+        near = sorted(t for t, _, _ in steps if fault_t - 5 <= t <= fault_t + 60)
+        row["max_stall_s"] = max((b - a for a, b in zip(near, near[1:])), default=None)
         row["lost_steps"] = max(0, before - (after[1] - 1)) if after else None
     else:
         row["recovery_s"], row["lost_steps"] = None, None

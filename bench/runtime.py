@@ -50,7 +50,7 @@ from spottrain.runtime.summary import read_worker_events  # noqa: E402
 
 WARMUP = 10
 FAULTS = ("kill", "sigterm", "stop", "linkdown", "loss", "delay", "vanish", "launcher-kill", "controller-term")
-LABEL = {"kill": "kill -9 of a worker", "sigterm": "SIGTERM (notice)", "stop": "SIGSTOP of a worker",
+LABEL = {"baseline": "none (fault-free run)", "kill": "kill -9 of a worker", "sigterm": "SIGTERM (notice)", "stop": "SIGSTOP of a worker",
          "linkdown": "link down (silent)", "loss": "packet loss 5 % for 10 s", "delay": "slow link for 10 s",
          "vanish": "the chief's host vanishes", "launcher-kill": "launcher killed (SIGKILL)",
          "controller-term": "controller stopped (SIGTERM)"}
@@ -167,6 +167,7 @@ def ours_fault(kind: str, args: argparse.Namespace, tmp: Path, base: dict[str, A
                            "params_diff": _diff(_params(s.final_checkpoint), base)}
     rec = [r["recovery_s"] for r in s.recoveries if r["recovery_s"] is not None]
     row["recovery_s"] = max(rec) if rec else None
+    row["max_stall_s"] = s.max_stall_s
     if kind in ("loss", "delay"):
         row.update(_impairment_rates(steps, s, events[0]["t"] if events else None))
     return row
@@ -320,6 +321,9 @@ def main() -> None:
     ap.add_argument("--soak-steps", type=int, default=0, help="steps of the soak job (0: from the measured rate)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--skip-ours", action="store_true", help="no fault matrix of the spottrain runtime")
+    ap.add_argument("--torchft-timeout", type=float, default=5.0,
+                    help="torchft Manager/ProcessGroup/quorum timeouts and the Lighthouse heartbeat timeout (s)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "runtime.md"))
     ap.add_argument("--_controller")
     args = ap.parse_args()
@@ -366,15 +370,16 @@ def main() -> None:
         print("\n".join(lines[-8:]), flush=True)
     # 2. fault matrix, ours
     faults = [f for f in args.faults.split(",") if f]
-    with Network(hosts=args.hosts) as net:
-        base_s = run_local(_job(net, args.example, args.steps, tmp, "baseline", every=args.every))
-    base = _params(base_s.final_checkpoint)
-    rows = []
-    for kind in faults:
-        row = ours_fault(kind, args, tmp, base)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    lines += _matrix_table("spottrain", rows, args)
+    if not args.skip_ours:
+        with Network(hosts=args.hosts) as net:
+            base_s = run_local(_job(net, args.example, args.steps, tmp, "baseline", every=args.every))
+        base = _params(base_s.final_checkpoint)
+        rows = []
+        for kind in faults:
+            row = ours_fault(kind, args, tmp, base)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        lines += _matrix_table("spottrain", rows, args)
     # 3. torchft
     if args.torchft:
         from bench import _torchft
@@ -382,7 +387,7 @@ def main() -> None:
         ft_rows = _torchft.matrix(args, tmp, [k for k in faults if k in _torchft.KINDS])
         for row in ft_rows:
             print(json.dumps(row), flush=True)
-        lines += _matrix_table("torchft 0.2.0", ft_rows, args)
+        lines += _matrix_table(f"torchft 0.2.0 ({args.torchft_timeout:g} s timeouts)", ft_rows, args)
     # 4. soak
     if args.soak > 0:
         res = soak(args, tmp)
@@ -405,8 +410,9 @@ def main() -> None:
 
 def _matrix_table(engine: str, rows: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     out = [f"## Fault matrix: {engine}, {args.hosts} hosts, fault at step {args.fault_step} of {args.steps}", "",
-           "| fault | completed | recovery (fault -> next step) | lost steps | orphans | final params vs fault-free | notes |",
-           "|---|---|---|---|---|---|---|"]
+           "| fault | completed | recovery (fault -> next step) | longest gap between steps | lost steps | orphans "
+           "| final params vs fault-free | notes |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         notes = []
         if r.get("gone_s") is not None or r["kind"] in ("launcher-kill", "controller-term"):
@@ -419,6 +425,7 @@ def _matrix_table(engine: str, rows: list[dict[str, Any]], args: argparse.Namesp
             notes.append(str(r["failure"])[:120])
         diff = r.get("params_diff")
         out.append(f"| {LABEL.get(r['kind'], r['kind'])} | {'yes' if r['ok'] else 'NO'} | {_fmt(r.get('recovery_s'), ' s')} "
+                   f"| {_fmt(r.get('max_stall_s'), ' s')} "
                    f"| {_fmt(r.get('lost_steps'))} | {_fmt(r.get('orphans'))} | "
                    f"{'-' if diff is None else f'{diff:.1e}'} | {'; '.join(notes)} |")
     return out + [""]
