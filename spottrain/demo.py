@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from spottrain.demo_stages import STAGES, StageContext, StageUnavailable
@@ -67,7 +67,6 @@ class DemoConfig:
         """``quick`` shrinks the expensive knobs (used by tests and ``--quick``)."""
         if not self.quick:
             return self
-        from dataclasses import replace
 
         return replace(self, profile_iterations=min(self.profile_iterations, 3), sim_runs=min(self.sim_runs, 60),
                        steps=min(self.steps, 100), profile_batch_size=min(self.profile_batch_size, 16))

@@ -7,10 +7,21 @@ the stages that need them (profile, run).
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
+import re
+import shutil
+import sys
+import tempfile
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from spottrain.catalog import load_catalog
+from spottrain.profiler.zoo_info import zoo_info
+from spottrain.units import format_count, plural
 
 HOUR_S = 3600.0
 
@@ -37,8 +48,6 @@ class StageContext:
 
 def _need(module: str, *names: str) -> list[Any]:
     """Import ``names`` from ``module`` or raise :class:`StageUnavailable` naming what is missing."""
-    import importlib
-
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
@@ -100,8 +109,6 @@ def _workload(ctx: StageContext) -> tuple[Any, str]:
 
 def _catalog_gpus() -> list[str]:
     try:
-        from spottrain.catalog import load_catalog
-
         gpus = {o.gpu for o in load_catalog().offers}
     except (ImportError, AttributeError):
         (known_gpus,) = _need("spottrain.catalog", "known_gpus")
@@ -180,7 +187,6 @@ def stage_plan(ctx: StageContext) -> dict[str, Any]:
     workload = ctx.objects.get("workload")
     if workload is None:
         workload, _ = _workload(ctx)
-    from spottrain.profiler.zoo_info import zoo_info
 
     dataset = zoo_info(cfg.model)["dataset"]["train_samples"]
     samples = cfg.epochs * dataset
@@ -260,7 +266,6 @@ def stage_simulate(ctx: StageContext) -> dict[str, Any]:
         index = best_i
     ctx.objects["sim_result"] = res
     ctx.objects["sim_run"] = one
-    from spottrain.units import format_count, plural
 
     revs = [r.revocations for r in runs]
     means = [float(row["revocations (mean)"]) for row in table if row["revocations (mean)"] is not None]
@@ -337,11 +342,6 @@ def revocation_schedule(replayed: dict[str, Any], *, workers: int, steps: int, c
 
 
 def stage_run(ctx: StageContext) -> dict[str, Any]:
-    import shutil
-    import sys
-    import tempfile
-    from pathlib import Path
-
     (LocalJob, run_local) = _need("spottrain.runtime.local", "LocalJob", "run_local")
     (Injection,) = _need("spottrain.runtime.faults", "Injection")
     (read_worker_events,) = _need("spottrain.runtime.summary", "read_worker_events")
@@ -443,8 +443,6 @@ def stage_run(ctx: StageContext) -> dict[str, Any]:
 
 
 def _restart_s(ctx: StageContext) -> float | None:
-    import re
-
     sim = ctx.results.get("simulate")
     for note in (sim.data.get("notes", []) if sim else []):
         m = re.search(r"restart (\d+(?:\.\d+)?) s", note)
@@ -454,8 +452,6 @@ def _restart_s(ctx: StageContext) -> float | None:
 
 
 def _jsonable(obj: Any) -> Any:
-    import dataclasses
-
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return _jsonable(dataclasses.asdict(obj))
     if isinstance(obj, dict):

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from spottrain.errors import InputError
+from spottrain.errors import InputError, suggest
 
 MAX_FILE_BYTES = 1 << 30
 """The largest input file read (1 GiB): a measurement table, trace or catalog ten times larger
@@ -235,8 +235,6 @@ def parse_csv(text: str, *, file: str, required: Iterable[str] = (), known: Iter
     ``comments``. A row with more fields than the header is refused; one with fewer is padded
     with empty cells when ``pad`` (else refused).
     """
-    from spottrain.errors import suggest
-
     header: list[str] | None = None
     header_line = 0
     rows: list[list[str]] = []

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from spottrain.errors import InputError, SchemaVersionError
+from spottrain.errors import InputError, SchemaVersionError, UnknownNameError
 
 PLAN_SCHEMA_VERSION = 1
 PLAN_KIND = "spottrain.plan"
@@ -289,8 +289,6 @@ def _unknown_key(exc: TypeError) -> str:
 def _check_against_catalog(plan: "Plan", *, source: str) -> None:
     """A group whose instance type is in the shipped catalog must name that type's GPU, GPU count,
     one of its regions and (when given) one of its zones; the policy must be a known one."""
-    from spottrain.errors import UnknownNameError
-
     try:
         from spottrain.policies import POLICIES
     except ImportError:  # pragma: no cover

@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from spottrain.errors import InputError, SchemaVersionError
+from spottrain.errors import InputError, SchemaVersionError, UnknownNameError
 from spottrain.profiler.schema import Profile
 
 STORE_SCHEMA_VERSION = 2
@@ -304,8 +304,6 @@ class Store:
             return row
         row = self._conn.execute("SELECT id, json FROM profiles WHERE model = ? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
         if row is None:
-            from spottrain.errors import UnknownNameError
-
             known = [r[0] for r in self._conn.execute("SELECT DISTINCT model FROM profiles")]
             raise UnknownNameError("profiled model", key, known)
         return row
@@ -349,8 +347,6 @@ class Store:
     def get_run(self, run_id: str) -> RunRecord:
         row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
-            from spottrain.errors import UnknownNameError
-
             raise UnknownNameError("run", run_id, [r[0] for r in self._conn.execute("SELECT run_id FROM runs")])
         return RunRecord(
             run_id=row["run_id"], created_at=row["created_at"], updated_at=row["updated_at"], status=row["status"],

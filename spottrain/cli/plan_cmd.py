@@ -16,7 +16,7 @@ from rich.table import Table
 from spottrain.catalog import CLOUDS, load_catalog
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import (
-    format_duration, format_probability, format_rate, format_usd, parse_count, parse_duration_s, parse_money_usd,
+    format_duration, format_probability, format_rate, format_usd, parse_count, parse_money_usd,
 )
 
 # lazy: cli.main loads every command module at start-up, so the planner, perf, profiler and the

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from importlib import resources
 
 import numpy as np
 
 from spottrain.errors import InputError, NotFittedError
-from spottrain.perf.convergence import LossCurve, first_crossing
+from spottrain.perf.convergence import LossCurve, first_crossing, read_loss_curves
 from spottrain.perf.throughput import ExtrapolationWarning
 
 DEFAULT_STEPS_LOG_Q90 = 0.20
@@ -279,9 +280,6 @@ class BatchScalingModel:
 def load_pollux_curves(model: str) -> list[LossCurve]:
     """The shipped Pollux validation curves of ``model`` (``cifar10``, ``imagenet``, ``bert``,
     ``ncf``; see spottrain/data/measurements/SOURCE.md), one curve per global batch size."""
-    from importlib import resources
-
-    from spottrain.perf.convergence import read_loss_curves
 
     names = ("bert", "cifar10", "imagenet", "ncf")
     if model not in names:

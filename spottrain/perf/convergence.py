@@ -45,13 +45,18 @@ staleness after an LR drop (:data:`DEFAULT_STALENESS_LATER`, g4 = 0, g6 = 0.09).
 
 from __future__ import annotations
 
+import csv
 import math
+import warnings
+from collections import defaultdict
 from dataclasses import dataclass
+from importlib import resources
 from typing import NamedTuple
 
 import numpy as np
 
 from spottrain.errors import InputError, NotFittedError
+from spottrain.perf.measurements import parse_number, read_table
 
 
 def convergence_coefficient(shares) -> float:
@@ -384,8 +389,6 @@ def _fit_phase(pts: np.ndarray, later: bool, form: str) -> PhaseCoefficients:
     ``later``: the phase follows an LR drop (its default worker dependence is
     :data:`DEFAULT_STALENESS_LATER`, used when its rows hold one worker count).
     """
-    import warnings
-
     from scipy.optimize import OptimizeWarning, curve_fit
 
     X = pts[:, :4].T
@@ -474,9 +477,6 @@ def load_accuracy_curves(experiment: str | None = "k80_on_demand") -> list[dict]
     ``experiment``: ``"k80_on_demand"`` (1/2/4/8 K80 workers, 1 PS; the default), ``"1ps_vs_2ps"``
     (2-8 K80 or V100 workers, 1 or 2 PS), or ``None`` for all; :func:`curve_sets` splits them.
     """
-    import csv
-    from importlib import resources
-
     text = resources.files("spottrain").joinpath("data", "measurements", "curves", "transient_dl_accuracy.csv").read_text()
     rows = list(csv.DictReader(text.splitlines()))
     return rows if experiment is None else [r for r in rows if r["experiment"] == experiment]
@@ -484,8 +484,6 @@ def load_accuracy_curves(experiment: str | None = "k80_on_demand") -> list[dict]
 
 def curve_sets(rows: list[dict]) -> dict[tuple[str, str, int], dict[int, LossCurve]]:
     """Rows split by (experiment, GPU, parameter servers), each set as :func:`curves_from_rows` gives it."""
-    from collections import defaultdict
-
     groups: dict[tuple[str, str, int], list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["experiment"], r["gpu"], int(r["ps"]))].append(r)
@@ -495,8 +493,6 @@ def curve_sets(rows: list[dict]) -> dict[tuple[str, str, int], dict[int, LossCur
 def curves_from_rows(rows: list[dict]) -> dict[int, LossCurve]:
     """Error (1 - accuracy) curves per worker count, the runs (``curve`` column) pooled per
     evaluation as :func:`pool_runs` does."""
-    from collections import defaultdict
-
     pts: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     bs: dict[int, float] = {}
     for r in rows:
@@ -547,9 +543,6 @@ def read_loss_curves(path, *, batch_size: float | None = None) -> list[LossCurve
     from its first evaluations to its last: the column is probably mislabelled) is refused.
     Errors name the file, line and column.
     """
-    from collections import defaultdict
-
-    from spottrain.perf.measurements import read_table
 
     header, table = read_table(path)
     names = LOWER_IS_BETTER + HIGHER_IS_BETTER
@@ -625,8 +618,6 @@ def _check_direction(values: tuple[float, ...], column: str, *, file: str, line:
 def _cell(row: dict, col: str, where: tuple[str, int], default: float | None = None, **rule) -> float:
     """The number in ``row[col]`` (``default`` when empty), checked as the measurement table checks
     its cells (:func:`~spottrain.perf.measurements.parse_number` with ``rule``)."""
-    from spottrain.perf.measurements import parse_number
-
     file, line = where
     text = (row.get(col) or "").strip()
     if not text:

@@ -31,9 +31,14 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from spottrain.errors import InputError, UnknownNameError
+from spottrain.perf.hardware import device, instance_gpu_count
+from spottrain.perf.workload import published_flops
 from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
@@ -105,7 +110,6 @@ def _zoo_figures(model: str) -> tuple[float | None, int | None]:
         info = zoo_info(model)
     except UnknownNameError:
         return None, None
-    from spottrain.perf.workload import published_flops
 
     flops = info.get("flops_per_sample") or published_flops(model)
     return flops, info.get("param_count")
@@ -113,8 +117,6 @@ def _zoo_figures(model: str) -> tuple[float | None, int | None]:
 
 def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None = None, query: bool = False) -> Measurement:
     """Validate one CSV row (a dict of column -> text) into a :class:`Measurement`."""
-    from spottrain.perf.hardware import device
-
     def get(col: str) -> str:
         return (row.get(col) or "").strip()
 
@@ -184,8 +186,6 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
 
 def _check_placement(group, *, file, line) -> None:
     """A group's GPUs per node must exist on one node: an instance type's own GPU count, else at most 16."""
-    from spottrain.perf.hardware import instance_gpu_count
-
     have = instance_gpu_count(group.gpu)
     if have is not None and group.gpus_per_node > have:
         raise InputError(f"cluster group {group}: {group.gpu} has {have} GPU(s) per node, the group asks for "
@@ -227,9 +227,6 @@ def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurem
 
 def _validate_columns(table, *, query: bool) -> list[Measurement]:
     """:func:`parse_row` over a whole :class:`~spottrain.files.CsvTable`, column by column."""
-    import numpy as np
-
-    from spottrain.perf.hardware import device
 
     file = table.file
     n = len(table)
@@ -362,8 +359,6 @@ def write_measurements(rows: list[Measurement], path: str | Path, *, extra_colum
 
 def shipped_tables() -> dict[str, Path]:
     """The real measurement tables shipped with spottrain (name -> path); see their SOURCE.md."""
-    from importlib import resources
-
     root = resources.files("spottrain").joinpath("data", "measurements")
     return {p.name.removesuffix(".csv"): Path(str(p)) for p in sorted(root.iterdir(), key=lambda p: p.name)
             if p.name.endswith(".csv")}

@@ -27,7 +27,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spottrain.errors import InputError, SpottrainError
+from spottrain.perf.hardware import device
 from spottrain.perf.measurements import Measurement, parse_row
+from spottrain.perf.throughput import ThroughputModel
+from spottrain.profiler.zoo_info import canonical_model
+from spottrain.store import Store, default_store_path
 from spottrain.types import ClusterSpec
 
 RELATIONS = ("same cluster", "same GPU", "same model")
@@ -76,23 +80,17 @@ class OwnRuns:
 
 def store_location(store_path: str | os.PathLike[str] | None = None) -> Path:
     """The store a read-only command looks in: ``store_path``, ``$SPOTTRAIN_STORE`` or the default."""
-    from spottrain.store import default_store_path
-
     return Path(store_path).expanduser() if store_path is not None else default_store_path()
 
 
 def _model_key(name: str) -> str:
     try:
-        from spottrain.profiler.zoo_info import canonical_model
-
         return canonical_model(name)
     except (ImportError, SpottrainError):
         return name.strip().lower()
 
 
 def _gpu_name(name: str) -> str | None:
-    from spottrain.perf.hardware import device
-
     try:
         return device(name).name
     except SpottrainError:
@@ -140,7 +138,6 @@ def own_rows(model: str | list[str] | None, *, cluster: ClusterSpec | str | None
     path = store_location(store_path)
     if not path.is_file():
         return OwnRuns(store_path=path, exists=False)
-    from spottrain.store import Store
 
     try:
         with Store(path, read_only=True) as store:
@@ -194,8 +191,6 @@ def refit_with_own_rows(base, own: OwnRuns, rows: list[Measurement] | None = Non
     ``predict --measurements`` fits a user table. Own rows are measured on the user's own
     cluster, so they enter as they are: the fit moves the prediction of a measured
     configuration to (near) its measured value."""
-    from spottrain.perf.throughput import ThroughputModel
-
     table = list(rows or []) + list(own.rows)
     model = ThroughputModel(prior=base, folds=folds if len(table) >= 10 else 0).fit(table)
     # The prior's knowledge stays in the refit: configurations it covered are not extrapolations.
@@ -271,7 +266,6 @@ def cli_own_curves(flag: bool | None, *, echo) -> None:
         if flag:
             echo(f"--from-store: no store at {path} yet (spottrain run writes one)", True)
         return None
-    from spottrain.store import Store
 
     try:
         with Store(path, read_only=True) as store:

@@ -18,17 +18,20 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
+from importlib import resources
 
 import numpy as np
 
 from spottrain.errors import InputError, NotFittedError
 from spottrain.perf import analytical as an
 from spottrain.perf.hardware import device, instance_gpu_count, node_network_gbps
-from spottrain.perf.measurements import Measurement
+from spottrain.perf.measurements import Measurement, load_shipped
 from spottrain.perf.placement import ps_load_share
 from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels, known_tensor_count
 from spottrain.types import ClusterGroup, ClusterSpec
@@ -76,8 +79,6 @@ def _study_of(m: Measurement) -> str:
 
 def _study_weights(rows: list[Measurement]) -> np.ndarray:
     """Per-row weight of the log residuals: sqrt(min(1, STUDY_ROWS / rows of the row's study))."""
-    from collections import Counter
-
     n = Counter(_study_of(m) for m in rows)
     return np.array([math.sqrt(min(1.0, STUDY_ROWS / n[_study_of(m)])) for m in rows])
 
@@ -698,8 +699,6 @@ DEFAULT_PARAMS_FILE = "default_model.json"
 
 def fit_default_model() -> ThroughputModel:
     """Fit the default model on the shipped real measurement tables (a few seconds)."""
-    from spottrain.perf.measurements import load_shipped
-
     model = ThroughputModel(folds=0, correction="none").fit(load_shipped())
     # The per-GPU-type interconnect effects describe the measured hosts, not the GPU: Lambda's
     # 8x A100-80GB machine all-reduces BERT's gradients at a few GB/s (8 GPUs run BERT-large only
@@ -719,9 +718,6 @@ def default_model() -> ThroughputModel:
     global _DEFAULT
     with _LOCK:
         if _DEFAULT is None:
-            import json
-            from importlib import resources
-
             try:
                 text = resources.files("spottrain").joinpath("data", "measurements", DEFAULT_PARAMS_FILE).read_text()
                 _DEFAULT = ThroughputModel.from_dict(json.loads(text))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spottrain.errors import InputError
+from spottrain.profiler.zoo_info import canonical_model, zoo_info
 
 # Forward + backward FLOPs per sample (2 FLOPs per multiply-add, backward = 2 x forward) for zoo
 # models, used only while the zoo's generated FLOPs table has no entry.
@@ -32,8 +33,6 @@ ZOO_TENSOR_COUNTS = {
 def known_tensor_count(name: str) -> int | None:
     """Parameter tensors of zoo model ``name`` (or an alias); ``None`` when it is not a zoo model."""
     try:
-        from spottrain.profiler.zoo_info import canonical_model
-
         return ZOO_TENSOR_COUNTS.get(canonical_model(name))
     except Exception:  # noqa: BLE001 - not a zoo model
         return None
@@ -65,8 +64,6 @@ def input_pixels(name: str) -> float:
     augments every sample on the host CPU. Token inputs and CIFAR-sized images cost the host little.
     """
     try:
-        from spottrain.profiler.zoo_info import canonical_model, zoo_info
-
         info = zoo_info(canonical_model(name))
     except Exception:  # noqa: BLE001 - not a zoo model: no known input pipeline
         return 0.0
@@ -79,8 +76,6 @@ def input_pixels(name: str) -> float:
 def published_flops(name: str) -> float | None:
     """Published fwd+bwd FLOPs per sample of a zoo model, if we have a figure."""
     try:
-        from spottrain.profiler.zoo_info import canonical_model
-
         name = canonical_model(name)
     except Exception:  # noqa: BLE001 - unknown name
         pass
@@ -110,8 +105,6 @@ class Workload:
     @classmethod
     def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
         """A zoo model (``resnet50``) with FLOPs and parameters from the zoo table."""
-        from spottrain.profiler.zoo_info import zoo_info
-
         info = zoo_info(name)
         flops = info.get("flops_per_sample") or published_flops(name)
         if not flops:

@@ -18,6 +18,9 @@ from typing import Any
 
 import torch
 
+from spottrain import __version__
+from spottrain.errors import SpottrainError
+
 
 def _cpuinfo() -> dict[str, str]:
     info: dict[str, str] = {}
@@ -90,7 +93,6 @@ def catalog_gpu_spec(device_name: str) -> Any | None:
         from spottrain.catalog import gpu_spec
     except ImportError:
         return None
-    from spottrain.errors import SpottrainError
 
     stripped = re.sub(r"^(NVIDIA|Tesla|GeForce)\s+", "", device_name.strip(), flags=re.I)
     candidates = [device_name, stripped]
@@ -161,8 +163,6 @@ def available_memory_bytes(device: torch.device) -> int | None:
 
 def library_versions() -> dict[str, str | None]:
     """Versions that affect speed: Python, torch, CUDA, cuDNN, spottrain, OS."""
-    from spottrain import __version__
-
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "python": platform.python_version(),

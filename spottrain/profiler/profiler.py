@@ -25,9 +25,10 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import resource
 import time
-from collections.abc import Callable, Iterable
 import warnings
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack, nullcontext
 from datetime import datetime, timezone
 from typing import Any
@@ -500,8 +501,6 @@ def profile(
             method="torch.cuda.max_memory_allocated over the measured steps; activations from saved-tensor hooks",
         )
     else:
-        import resource
-
         memory.update(
             process_max_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             peak_bytes=int(static_bytes + per_sample_est * batch_size),

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spottrain.report.document import Report
+from spottrain.report.document import Report, table_html
 from spottrain.report.plots import distribution_plot, lifetime_plot, pareto_plot, throughput_plot, timeline_plot
+from spottrain.units import format_count, format_duration, format_interval, format_probability, format_rate, format_usd
 
 SECTION_TITLES = {
     "summary": "Summary",
@@ -83,8 +84,6 @@ def _plan(r: Report, result: dict[str, Any]) -> None:
     if data is None:
         r.add_unavailable(SECTION_TITLES["plan"], why)
         return
-    from spottrain.report.document import table_html
-    from spottrain.units import format_count, format_duration, format_interval, format_probability, format_usd
 
     plan = data.get("plan") or {}
     pred = plan.get("prediction", {})
@@ -147,7 +146,6 @@ def _pareto(r: Report, result: dict[str, Any]) -> None:
             f"training time (including expected revocation losses) against expected cost. The Pareto front holds "
             f"the clusters no other cluster beats on both; the baselines are other systems' choices for the same "
             f"job, assessed with the same models. Both axes are logarithmic when the points span a wide range.")
-    from spottrain.units import format_duration, format_probability, format_usd
 
     rows = [{"plan": p["label"], "expected time": format_duration(p["duration_s"]),
              "expected cost": format_usd(p["cost_usd"]), "P(meet deadline)": format_probability(p.get("p_meet_deadline"))}
@@ -188,7 +186,6 @@ def _simulate(r: Report, result: dict[str, Any]) -> None:
     if data is None or not data.get("per_policy"):
         r.add_unavailable(SECTION_TITLES["simulate"], why or "the simulator returned no per-policy distributions")
         return
-    from spottrain.units import format_count, format_rate, format_usd
 
     plan, _ = _stage(result, "plan")
     deadline = plan["deadline_s"] if plan else None

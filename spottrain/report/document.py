@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import base64
 import html
 import os
 import re
@@ -97,8 +98,6 @@ def table_html(rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]], colu
 
 
 def plot_html(plot: Plot) -> str:
-    import base64
-
     data = base64.b64encode(plot.png).decode("ascii")
     caption = f"<figcaption>{html.escape(plot.caption)}</figcaption>" if plot.caption else ""
     return (

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spottrain.transience.events import Trace
+from spottrain.transience.select import _canonical
 from spottrain.transience.traces import data_dir, list_traces, load_trace
 
 
@@ -108,8 +109,6 @@ def availability(cloud: str, gpu_or_instance: str, zone: str | None = None) -> A
     >>> availability("aws", "V100", "us-east-1a").p_obtain(1) > 0
     True
     """
-    from spottrain.transience.select import _canonical
-
     cloud = cloud.strip().lower()
     idx = _avail_index()
     itype = gpu_or_instance if "." in gpu_or_instance else None
@@ -244,8 +243,6 @@ def replacement_delay(cloud: str, gpu: str, *, preemptible: bool = True) -> Repl
 
 
 def _canon(gpu: str) -> str:
-    from spottrain.transience.select import _canonical
-
     return _canonical(gpu)
 
 

@@ -29,7 +29,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spottrain.errors import InputError
+import numpy as np
+
+from spottrain.catalog import canonical_gpu, load_catalog
+from spottrain.errors import InputError, UnknownNameError
 
 EVENTS = ("start", "revoke", "end", "available", "price")
 KINDS = ("nodes", "alive", "availability", "price")
@@ -124,7 +127,6 @@ def load_user_trace(path: str | Path) -> Trace:
             file=name, line=max(text.count("\n"), 1),
         )
 
-    import numpy as np
 
     times = table.numbers("time_s", low=0.0, low_open=False)
     order = np.flatnonzero(np.diff(times) < 0)
@@ -190,8 +192,6 @@ def load_user_trace(path: str | Path) -> Trace:
                              f"({events[-1].time_s:g} s)", file=name)
     cloud = meta.get("cloud", "unknown").lower()
     if cloud not in ("aws", "gcp", "azure", "unknown"):
-        from spottrain.errors import UnknownNameError
-
         raise InputError(str(UnknownNameError("cloud", cloud, ("aws", "gcp", "azure"))), file=name, column="cloud")
     gpu = meta.get("gpu") or None
     if gpu:
@@ -210,24 +210,15 @@ def _check_instance_gpu(instance_type: str | None, gpu: str | None, cloud: str, 
     """A trace naming both an instance type the catalog knows and a GPU: they must agree."""
     if not instance_type or not gpu:
         return
-    try:
-        from spottrain.catalog import load_catalog
-
-        offers = [o for o in load_catalog().offers if o.instance_type == instance_type
-                  and (cloud == "unknown" or o.cloud == cloud)]
-    except ImportError:  # pragma: no cover
-        return
+    offers = [o for o in load_catalog().offers if o.instance_type == instance_type
+              and (cloud == "unknown" or o.cloud == cloud)]
     if offers and offers[0].gpu != gpu:
         raise InputError(f"instance type {instance_type} has {offers[0].gpu} GPUs, the trace says gpu {gpu}",
                          file=file, column="gpu")
 
 
 def _canonical_gpu(name: str) -> str:
-    """Canonical GPU name via the catalog when it is available, else upper-cased."""
-    try:
-        from spottrain.catalog import canonical_gpu  # type: ignore[attr-defined]
-    except ImportError:
-        return name.strip().upper()
+    """Canonical GPU name via the catalog, else upper-cased."""
     try:
         return canonical_gpu(name)
     except Exception:  # an unknown GPU in a user trace is still usable as a label

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 
 import numpy as np
 
@@ -66,8 +67,6 @@ def data_fingerprint(durations_s, observed, max_lifetime_s: float | None) -> str
 @functools.cache
 def shipped_fits() -> dict[str, dict[str, dict[str, float]]]:
     """fingerprint -> model name -> fitted parameters (empty when the file is absent)."""
-    from importlib import resources
-
     try:
         text = resources.files("spottrain").joinpath(*SHIPPED_FITS).read_text()
     except (FileNotFoundError, OSError):

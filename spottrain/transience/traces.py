@@ -25,7 +25,7 @@ from pathlib import Path
 
 from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S
 from spottrain.errors import UnknownNameError
-from spottrain.transience.events import Trace, TraceEvent, check_sorted
+from spottrain.transience.events import Trace, TraceEvent, check_sorted, load_user_trace
 
 _CAP_HIT_S = 23.5 * 3600.0  # lifetimes this long ended at the cap (GCP stops them a few minutes late)
 
@@ -304,7 +304,5 @@ def load_trace(name: str) -> Trace:
     if name in reg:
         return reg[name]()
     if name.endswith(".csv") or Path(name).is_file():
-        from spottrain.transience.events import load_user_trace
-
         return load_user_trace(name)
     raise UnknownNameError("trace", name, reg)
