@@ -14,7 +14,10 @@ import sys
 import typer
 import typer.core
 from rich.console import Console
+from typer import Abort, TyperException
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
+from spottrain import __version__
 from spottrain.errors import SpottrainError
 
 app = typer.Typer(
@@ -52,8 +55,6 @@ typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-ass
 
 def _print_version(value: bool) -> None:
     if value:
-        from spottrain import __version__
-
         print(f"spottrain {__version__}")
         raise typer.Exit()
 
@@ -75,8 +76,6 @@ err_console = Console(stderr=True)
 @app.command()
 def version() -> None:
     """Print the spottrain version."""
-    from spottrain import __version__
-
     print(__version__)
 
 
@@ -87,8 +86,6 @@ def main(argv: list[str] | None = None) -> None:
     if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
         os.environ["COLUMNS"] = "200"
     # typer 0.29 vendors click: its exceptions live in typer._click.
-    from typer import Abort, TyperException
-    from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
     try:
         # Not standalone: click's usage errors (unknown option, a value of the wrong type) reach
@@ -115,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    if isinstance(rv, int) and not isinstance(rv, bool) and rv:  # typer.Exit(code) in non-standalone mode
-        sys.exit(rv)
+    # As in standalone mode: exit with typer.Exit's code (returned in non-standalone mode), else 0.
+    sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
 
 if __name__ == "__main__":
