@@ -62,7 +62,7 @@ def read_bytes(path: str | os.PathLike[str], *, what: str = "file", max_bytes: i
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise InputError(f"no such {what}", file=name) from None
+        raise InputError(f"file not found (no such {what})", file=name) from None
     except NotADirectoryError:
         raise InputError(f"no such {what} (a part of the path is not a directory)", file=name) from None
     except PermissionError:

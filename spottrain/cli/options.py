@@ -14,10 +14,15 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from rich.markup import escape
+
+from spottrain.catalog.gpus import canonical_gpu
 from spottrain.errors import InputError, UnknownNameError
+from spottrain.units import parse_duration_s
 
 MAX_NODES = 10_000
 """More nodes than any cloud grants one account in GPU quota (thousands at most)."""
@@ -155,8 +160,6 @@ def gpu(value: str | None, flag: str = "--gpu") -> str | None:
         return None
     text = name(value, flag)
     try:
-        from spottrain.catalog.gpus import canonical_gpu
-
         canonical = canonical_gpu(text)
     except UnknownNameError as exc:
         raise InputError(str(exc), column=flag) from None
@@ -217,12 +220,11 @@ def input_file(path: Path | None, flag: str) -> Path | None:
     """An input file that exists and is a regular file (its content is checked by its reader)."""
     if path is None:
         return None
-    import stat
 
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise InputError("no such file", file=str(path), column=flag) from None
+        raise InputError("file not found", file=str(path), column=flag) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", file=str(path), column=flag) from None
     if stat.S_ISDIR(st.st_mode):
@@ -246,7 +248,6 @@ def usage_line(exc) -> str:
     param = getattr(exc, "param", None)
     if param is not None and getattr(param, "opts", None) and param.opts[0] not in message:
         message = f"{param.opts[0]}: {message}"
-    from rich.markup import escape
 
     return escape(f"{message} (see `{path} --help`)")
 
@@ -260,7 +261,6 @@ def duration(text: str | None, flag: str, *, require_unit: bool = False, high_s:
     """A duration flag (``8h``, ``90m``) in seconds: finite, > 0 (>= 0 with ``allow_zero``), at most ``high_s``."""
     if text is None:
         return None
-    from spottrain.units import parse_duration_s
 
     if allow_zero and str(text).strip() in ("0", "0s", "0m", "0h"):
         return 0.0
