@@ -288,7 +288,8 @@ def _unknown_key(exc: TypeError) -> str:
 
 def _check_against_catalog(plan: "Plan", *, source: str) -> None:
     """A group whose instance type is in the shipped catalog must name that type's GPU, GPU count,
-    one of its regions and (when given) one of its zones; the policy must be a known one."""
+    and one of its regions (zones are written as names or as AWS zone ids, so they are not
+    checked); the policy must be a known one."""
     try:
         from spottrain.policies import POLICIES
     except ImportError:  # pragma: no cover
@@ -312,7 +313,3 @@ def _check_against_catalog(plan: "Plan", *, source: str) -> None:
         if g.region not in regions:
             err = UnknownNameError(f"region of {g.instance_type}", g.region, regions)
             raise InputError(f"plan: {err}", file=source, column=f"{where}.region")
-        zones = {x.zone for x in offers if x.region == g.region and x.zone}
-        if g.zone is not None and zones and g.zone not in zones:
-            err = UnknownNameError(f"zone of {g.instance_type} in {g.region}", g.zone, zones)
-            raise InputError(f"plan: {err}", file=source, column=f"{where}.zone")

@@ -100,9 +100,9 @@ def converge(
         first = data[0]
         higher = first.metric not in ("loss", "error")
         for v in target:
-            if higher and not 0 < v < first.metric_full:
-                raise InputError(f"the curves' metric is {first.metric}: expected a target between 0 and "
-                                 f"{first.metric_full:g} (exclusive), got {v:g}", column="--target")
+            if higher and not v > 0:
+                raise InputError(f"the curves' metric is {first.metric}: expected a target > 0, got {v:g}",
+                                 column="--target")
             if not higher and not v > 0:
                 raise InputError(f"the curves' metric is {first.metric}: expected a target > 0, got {v:g}",
                                  column="--target")

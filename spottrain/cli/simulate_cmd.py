@@ -54,6 +54,8 @@ def simulate(
 
     if model is not None and model != "fitted":
         raise UnknownNameError("lifetime model source", model, ("fitted",))
+    if runs <= 0:
+        raise InputError(f"expected a run count >= 1, got {runs}", column="--runs")
     options.count(runs, "--runs", high=options.MAX_RUNS)
     options.processes(workers, "--workers")
     options.count(alternatives, "--alternatives", low=0, high=100)
