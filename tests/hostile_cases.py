@@ -341,8 +341,11 @@ def cases() -> list[Case]:
                                          "--sync", "sync", "--ps", "2")))
     add(Case("simulate --trace and --model fitted", ("simulate", "--plan", "{plan}", "--trace", "{trace}",
                                                      "--model", "fitted")))
-    add(Case("run --example and --plan both missing steps", ("run", "--example", "mlp", "--steps", "5",
-                                                             "--plan", "{plan}", "--workers", "3")))
+    add(Case("run --checkpoint-interval and --checkpoint-every", ("run", "--example", "mlp", "--steps", "5",
+                                                                  "--checkpoint-interval", "30s",
+                                                                  "--checkpoint-every", "5")))
+    add(Case("run --global-batch below --workers", ("run", "--example", "mlp", "--steps", "5", "--workers", "4",
+                                                    "--global-batch", "2")))
     # --- output paths -----------------------------------------------------------------------------
     for out in ["adir", "out_missing_dir", "out_readonly", "plan"]:
         add(Case(f"plan --out {out}", ("plan", "--model", "resnet50", "--samples", "1M", "--deadline", "8h",
