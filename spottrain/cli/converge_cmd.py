@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from spottrain.errors import InputError
@@ -90,7 +92,6 @@ def converge(
     options.input_file(curves, "--curves")
     bounds = _boundaries(lr_boundaries)
     data = read_loss_curves(curves, batch_size=batch_size)
-    from rich.markup import escape
 
     from spottrain.perf.own_runs import cli_own_curves
 
@@ -178,8 +179,6 @@ def converge(
 
 def _converge_batch(path, data, target_loss, workers, global_batch, batch_size, as_json) -> None:
     """Synchronous predictions per global batch from the batch-size model."""
-    import warnings
-
     from spottrain.perf.batch_scaling import BatchScalingModel
     from spottrain.perf.throughput import ExtrapolationWarning
 

@@ -7,6 +7,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from spottrain.errors import InputError
+from spottrain.units import format_duration, format_probability, format_usd, parse_duration_s
 
 
 def register(app: typer.Typer) -> None:
@@ -27,12 +32,8 @@ def register(app: typer.Typer) -> None:
 
         Finishes in a few minutes on 2 CPU cores; needs no cloud account and no network.
         """
-        from rich.console import Console
-
         from spottrain.demo import DemoConfig, run_demo
-        from spottrain.errors import InputError
         from spottrain.report import is_spottrain_report
-        from spottrain.units import parse_duration_s
 
         err = Console(stderr=True)
         if report is not None:
@@ -88,10 +89,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_summary(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from spottrain.units import format_duration, format_probability
 
     console = Console()
     cfg = result.get("config", {})
@@ -134,8 +131,6 @@ def _headline(st: dict) -> str:
     if key == "transience":
         return f"{len(d['rows'])} lifetime models fitted"
     if key == "plan":
-        from spottrain.units import format_duration, format_probability, format_usd
-
         c = d.get("chosen") or {}
         ev = (d.get("headline") or {}).get("evidence", {}).get("title", "")
         return (f"{d.get('label')}: {format_duration(c.get('duration_s', 0))}, {format_usd(c.get('cost_usd', 0))}, "

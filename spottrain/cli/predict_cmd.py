@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from spottrain.errors import InputError
@@ -35,8 +37,6 @@ def _fit(measurements: Path | None, *, folds: int = 5, own=None):
 
 
 def _echo(text: str, warning: bool) -> None:
-    from rich.markup import escape
-
     err.print(("[yellow]warning:[/] " if warning else "") + escape(text), highlight=False, soft_wrap=True)
 
 
@@ -128,7 +128,6 @@ def predict(
     own = cli_own_runs(from_store, workload.model, echo=_echo, cluster=cluster, batch_size=workload.batch_size,
                        precision=workload.precision)
     if own and workload.step_time_s_ref:  # the runs' rows are fitted; a profile's one step time would override them
-        import dataclasses
 
         workload = dataclasses.replace(workload, step_time_s_ref=None, ref_gpu=None)
     fitted = _fit(measurements, own=own)
@@ -220,8 +219,6 @@ def _distinct_configurations(rows):
     mean of the repeats: repeated measurements of one configuration would otherwise land in both
     the training and the held-out folds, and a 100k-row table of repeats costs a fit per row.
     Says so on stderr when rows were merged."""
-    import dataclasses
-
     groups: dict[tuple, list] = {}
     for r in rows:
         key = (r.model, r.batch_size, str(r.cluster), r.ps, r.sync, r.flops_per_sample, r.param_count, r.network_gbps,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -102,8 +104,6 @@ GPU_ITERATIONS, GPU_WARMUP = 20, 3
 def _progress_lines(console: Console):
     """Progress as plain lines (output is not a terminal: a log, a pipe, CI): one line per step
     of the costly phases, with the elapsed time."""
-    import time
-
     t0 = time.perf_counter()
 
     def update(phase: str, done: int, total: int) -> None:
@@ -218,8 +218,6 @@ def profile(
                 kwargs["data_description"] = f"user data from {data}"
             result = prof.profile_zoo(model, batch_size, **kwargs)
             if name:
-                from dataclasses import replace
-
                 result = replace(result, model=name)
     stored = None
     if db is not None:
@@ -265,8 +263,6 @@ def profiles_list(
     store: StoreOpt = None,
 ) -> None:
     """List stored profiles, newest first."""
-    from dataclasses import asdict
-
     from spottrain.store import Store
 
     with Store(store) as db:

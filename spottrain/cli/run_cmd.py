@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.table import Table
 
 from spottrain.errors import InputError
+from spottrain.units import parse_duration_s
 
 err = Console(stderr=True)
 
@@ -19,8 +24,6 @@ DEFAULT_INTERVAL_S = 60.0
 
 
 def _interval(checkpoint_interval: str | None, plan: Any) -> tuple[float | None, str]:
-    from spottrain.units import parse_duration_s
-
     if checkpoint_interval is not None:
         return parse_duration_s(checkpoint_interval, option="--checkpoint-interval"), "--checkpoint-interval"
     if plan is not None and plan.checkpoint_interval_s and plan.checkpoint_interval_s > 0:
@@ -94,7 +97,6 @@ def run(
       spottrain run --plan plan.json --backend skypilot --skypilot-mode managed-torchrun --bucket s3://my-ckpts -o task.yaml -- python train.py
     """
     from spottrain.plan import Plan
-    from spottrain.units import parse_duration_s
 
     from spottrain.cli import options
 
@@ -136,13 +138,8 @@ def run(
         ck_dir = checkpoint_dir or (run_dir or Path("spottrain-runs") / (job_id or "-")) / "checkpoints"
         note = options.job_checkpoints(job_id, ck_dir)
         if note:
-            from rich.console import Console
-
             Console(stderr=True).print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
     if job_id is None:
-        import time
-        import uuid
-
         job_id = time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     interval_s, interval_src = _interval(checkpoint_interval, plan)
     settings: dict[str, str] = {"SPOTTRAIN_JOB_ID": job_id, "SPOTTRAIN_SEED": str(seed), "SPOTTRAIN_RESCALE": rescale,
@@ -291,9 +288,6 @@ def _run_with_progress(job: Any, *, quiet: bool) -> Any:
 
 
 def _render(s: Any) -> None:
-    from rich import box
-    from rich.table import Table
-
     console = Console()
     table = Table(title=f"run {s.job_id}: {'completed' if s.ok else 'FAILED'}", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("key", style="bold")

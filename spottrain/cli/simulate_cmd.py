@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spottrain.errors import InputError, UnknownNameError
+from spottrain.units import format_count, format_rate, format_usd, plural
 
 err = Console(stderr=True)
 
@@ -102,7 +103,6 @@ def simulate(
     if as_json:
         print(json.dumps(res.to_dict(), indent=1))
         return
-    from spottrain.units import format_count, format_rate, format_usd
 
     console = Console()
     table = Table(title=f"{res.runs} runs per policy of {res.plan_cluster}", box=box.SIMPLE_HEAD, pad_edge=False)
@@ -134,7 +134,6 @@ def _alternatives_note(plan, policies: list[str], n: int) -> str:
     """What ``--alternatives N`` did: which policies it reached and which types they were offered."""
     from spottrain.policies import get_policy
     from spottrain.sim.markets import PRICE_SCALE, resolve_alternatives
-    from spottrain.units import plural
 
     buyers = [p for p in policies if getattr(get_policy(p), "buys_other_types", False)]
     if not buyers:
