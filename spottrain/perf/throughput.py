@@ -452,14 +452,17 @@ class ThroughputModel:
             "study": max(float(np.sqrt(np.mean([v[0] ** 2 for v in self.study_effects_.values()])))
                          if self.study_effects_ else 0.0, STUDY_LOG),
         }
+        # Rows of one study (a user's own table, one shipped table) are the setup the queries come
+        # from: their GPUs and models need no between-study term; anything else is another study's.
+        # Rows of several studies (the shipped calibration) are nobody's own setup.
+        one_study = len({_study_of(m) for m in rows}) == 1
+        self.own_gpus_ = {k.split("/")[0] for k in gpu_keys} if one_study else set()
+        self.own_models_ = set(models) if one_study else set()
+        self.own_configs_ = set()
         if isinstance(self.prior, ThroughputModel):
-            # A user's own table: its GPUs and models are the setup the queries come from; the
-            # prior's calibration of anything else is another study's.
-            self.own_gpus_ = {k.split("/")[0] for k in gpu_keys}
-            self.own_models_ = set(models)
             # With a handful of rows, only the configurations measured are known; the others (another
             # batch size, another cluster) are the prior's, with its between-study spread.
-            self.own_configs_ = {_config_key(q) for q in queries} if len(rows) < 10 else set()
+            self.own_configs_ = {_config_key(q) for q in queries} if len(rows) < 10 and one_study else set()
             p = self.prior
             self.spread_log_ = {k: max(v, p.spread_log_.get(k, 0.0)) for k, v in self.spread_log_.items()}
             self.fitted_pairs_ |= set(p.fitted_pairs_)
@@ -470,8 +473,6 @@ class ThroughputModel:
                 # prior's widths stay the floor.
                 self.regime_log_ = {k: max(v, p.regime_log_.get(k, 0.0)) for k, v in self.regime_log_.items()}
                 self.interval_log_ = max(self.interval_log_, p.interval_log_)
-        else:
-            self.own_gpus_, self.own_models_, self.own_configs_ = set(), set(), set()
         if self.folds and len(rows) >= 2 * max(self.folds, 2) and self.correction != "none":
             self._fit_correction_and_intervals(rows)
         elif self.correction == "always":
