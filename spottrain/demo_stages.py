@@ -204,6 +204,7 @@ def stage_plan(ctx: StageContext) -> dict[str, Any]:
         else:
             baselines.append({**_point_row(b["name"], b), "note": "", "_point": b["_point"]})
     best = result.best
+    # lazy: each stage loads its layer when it runs (a missing part is a skipped stage)
     from spottrain.planner.evidence import headline
 
     return {

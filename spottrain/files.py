@@ -328,6 +328,7 @@ def read_csv(path: str | os.PathLike[str], *, what: str = "table", **kwargs: Any
 def validate_model(model: type, data: Any, *, file: str, what: str) -> Any:
     """``model.model_validate(data)`` with the first error as a one-line :class:`InputError`:
     ``plan.json, column groups[0].price_usd_per_hour: expected a number >= 0, got -3``."""
+    # lazy: pydantic only for model validation (this module also serves plain CSV and JSON reads)
     from pydantic import ValidationError
 
     if not isinstance(data, dict):

@@ -141,6 +141,7 @@ class Plan:
                 f"{PLAN_SCHEMA_VERSION}); re-run `spottrain plan`",
                 file=source,
             )
+        # lazy: spottrain.files only when a plan file is read or written
         from spottrain.files import validate_model
 
         checked = validate_model(PlanSchema, data, file=source, what="plan")
@@ -161,6 +162,7 @@ class Plan:
 
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write atomically; refuse to replace an existing file unless ``overwrite``."""
+        # lazy: as above
         from spottrain.files import check_output, write_atomic
 
         path = check_output(path, option="--out", force=overwrite)
@@ -169,6 +171,7 @@ class Plan:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Plan":
         """Read a plan file (through :mod:`spottrain.files`: OS, encoding and JSON errors are one line)."""
+        # lazy: as above
         from spottrain.files import read_json
 
         return cls.from_dict(read_json(path, what="plan file"), source=str(path))
@@ -297,6 +300,7 @@ def _check_against_catalog(plan: "Plan", *, source: str) -> None:
     if POLICIES is not None and plan.policy not in POLICIES:
         err = UnknownNameError("policy", plan.policy, POLICIES)
         raise InputError(str(err), file=source, column="policy")
+    # lazy: the catalog only to check a plan against it
     from spottrain.catalog import load_catalog
 
     catalog = load_catalog()

@@ -123,6 +123,7 @@ def default_store_path() -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
+    # lazy: platformdirs only for the default store path
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("spottrain", appauthor=False)) / "spottrain.db"

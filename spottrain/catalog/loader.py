@@ -283,6 +283,7 @@ def load_catalog(path: str | os.PathLike | None = None) -> Catalog:
     """
     if path is None:
         return _shipped()
+    # lazy: the catalog loads at CLI start-up; spottrain.files only when a catalog is read
     from spottrain.files import parse_csv, read_text
 
     p = Path(path)

@@ -16,6 +16,9 @@ from spottrain.catalog.offers import offer_key
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import plural
 
+# lazy: cli.main loads every command module at start-up, so what only this command needs (the
+# models, the simulator, the runtime, rich.progress) is imported inside its functions
+
 
 def _outlier_reason(outliers: dict, offer) -> str | None:
     f = outliers.get(offer_key(offer))

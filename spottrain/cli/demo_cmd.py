@@ -13,6 +13,9 @@ from rich.table import Table
 from spottrain.errors import InputError
 from spottrain.units import format_duration, format_probability, format_usd, parse_duration_s
 
+# lazy: cli.main loads every command module at start-up, so what only this command needs (the
+# models, the simulator, the runtime, rich.progress) is imported inside its functions
+
 
 def register(app: typer.Typer) -> None:
     """Add ``spottrain demo`` to the app."""

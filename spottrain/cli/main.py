@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         print(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
         sys.exit(2)
     except UsageError as exc:
+        # lazy: cli.options only on a usage error
         from spottrain.cli.options import usage_line
 
         err_console.print(f"[bold red]error:[/] {usage_line(exc)}", highlight=False, soft_wrap=True, markup=True)

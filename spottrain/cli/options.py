@@ -171,6 +171,7 @@ def cluster(value: str | None, flag: str = "--cluster"):
     nodes and :data:`MAX_GPUS_PER_NODE` GPUs per node."""
     if value is None:
         return None
+    # lazy: not loaded at CLI start-up; only for --cluster
     from spottrain.types import ClusterSpec
 
     text = name(value, flag)
@@ -211,6 +212,7 @@ def output(path: Path | None, flag: str, *, force: bool = False, suffixes: Seque
     without ``--force``. Creates nothing."""
     if path is None:
         return None
+    # lazy: spottrain.files only when an output path is checked
     from spottrain.files import check_output
 
     return check_output(path, option=flag, force=force, suffixes=suffixes)
@@ -280,6 +282,7 @@ def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-i
     """
     if not directory.is_dir():
         return None
+    # lazy: as above, when a JSON input is read
     from spottrain.files import read_json
 
     dirs = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.startswith("step-")), key=lambda p: p.name)

@@ -17,6 +17,9 @@ from rich.table import Table
 from spottrain.errors import InputError
 from spottrain.units import format_interval, format_probability, format_step_time, plural
 
+# lazy: cli.main loads every command module at start-up, so what only this command needs (the
+# models, the simulator, the runtime, rich.progress) is imported inside its functions
+
 StoreOpt = Annotated[
     Path | None,
     typer.Option("--store", help="SQLite store file (default: $SPOTTRAIN_STORE or the user data directory)."),

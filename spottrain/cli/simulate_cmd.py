@@ -15,6 +15,9 @@ from rich.table import Table
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import format_count, format_rate, format_usd, plural
 
+# lazy: cli.main loads every command module at start-up, so what only this command needs (the
+# models, the simulator, the runtime, rich.progress) is imported inside its functions
+
 err = Console(stderr=True)
 
 

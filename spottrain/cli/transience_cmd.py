@@ -8,9 +8,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import format_duration, parse_duration_s
+
+# lazy: cli.main loads every command module at start-up, so what only this command needs (the
+# models, the simulator, the runtime, rich.progress) is imported inside its functions
 
 CLOUDS = ("aws", "gcp", "azure")
 COST_RUNS = 2000
@@ -177,8 +183,6 @@ def transience(
 
     Example: spottrain transience --gpu V100 --cloud gcp --nodes 8 --plot v100.png
     """
-    from rich.console import Console
-
     from spottrain.cli import options
 
     cloud = options.choice(options.name(cloud, "--cloud"), "--cloud", CLOUDS, kind="cloud")
@@ -211,10 +215,6 @@ def transience(
 
 
 def _render(out: dict) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
     con = Console()
     where = f" {out['zone']}" if out["zone"] else ""
     con.print(f"[bold]{out['cloud'].upper()} spot {out['gpu']}{where}[/]: {out['nodes_observed']} nodes, "

@@ -389,6 +389,7 @@ def _fit_phase(pts: np.ndarray, later: bool, form: str) -> PhaseCoefficients:
     ``later``: the phase follows an LR drop (its default worker dependence is
     :data:`DEFAULT_STALENESS_LATER`, used when its rows hold one worker count).
     """
+    # lazy: scipy.optimize only when a curve is fitted (a plain plan does not)
     from scipy.optimize import OptimizeWarning, curve_fit
 
     X = pts[:, :4].T

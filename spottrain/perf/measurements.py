@@ -203,6 +203,7 @@ def read_table(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, s
     than the header raises :class:`InputError` naming the file and line (a byte-order mark, CRLF
     and quoted fields are accepted).
     """
+    # lazy: spottrain.files only when a user table is read
     from spottrain.files import read_csv
 
     table = read_csv(path)

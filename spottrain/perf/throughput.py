@@ -336,6 +336,7 @@ class ThroughputModel:
 
     def fit(self, measurements: list[Measurement]) -> "ThroughputModel":
         """Calibrate on measured rows (each needs ``throughput``); returns ``self``."""
+        # lazy: scipy.optimize only when the model is fitted, not when shipped fits are read
         from scipy.optimize import least_squares
 
         rows = [m for m in measurements]
@@ -476,6 +477,7 @@ class ThroughputModel:
         if self.folds and len(rows) >= 2 * max(self.folds, 2) and self.correction != "none":
             self._fit_correction_and_intervals(rows)
         elif self.correction == "always":
+            # lazy: the residual correction only when one is fitted
             from spottrain.perf.correction import ResidualCorrection
 
             self.correction_ = ResidualCorrection().fit(rows, self.train_log_residuals_)

@@ -205,6 +205,7 @@ class Profile:
         missing = [k for k in REQUIRED_KEYS if k not in data]
         if missing:
             raise InputError(f"missing required key(s) {', '.join(missing)}", file=where)
+        # lazy: spottrain.files only when a profile is read or written (not on a plain plan)
         from spottrain.files import validate_model
 
         validate_model(ProfileSchema, dict(data), file=where, what="profile")
@@ -245,6 +246,7 @@ class Profile:
         The file passes :func:`spottrain.files.read_json` (missing, binary, non-UTF-8 or invalid
         JSON files are one-line errors naming the file and line) and :class:`ProfileSchema`.
         """
+        # lazy: as above
         from spottrain.files import read_json
 
         return cls.from_dict(read_json(path, what="profile file"), source=str(path))
@@ -252,6 +254,7 @@ class Profile:
     def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write JSON atomically (a temporary file beside ``path``); refuses to replace an existing
         file unless ``overwrite``, and a directory or unwritable place always."""
+        # lazy: as above
         from spottrain.files import check_output, write_atomic
 
         path = check_output(path, option="--out", force=overwrite)

@@ -90,6 +90,7 @@ def _plan(r: Report, result: dict[str, Any]) -> None:
     frag = ""
     hl = data.get("headline")
     if hl:
+        # lazy: the planner only when a demo report shows a plan
         from spottrain.planner.html import headline_html
 
         frag += headline_html(hl)

@@ -101,6 +101,7 @@ def load_user_trace(path: str | Path) -> Trace:
 
     >>> t = load_user_trace("my_trace.csv")  # doctest: +SKIP
     """
+    # lazy: spottrain.files only when a user trace is read
     from spottrain.files import parse_csv, read_text
 
     path = Path(path)
