@@ -297,58 +297,13 @@ def profile(
     (4, 36)
     """
     wall0 = time.perf_counter()
-    if precision not in PRECISIONS:
-        raise InputError(f"unknown precision {precision!r} (use fp32 or amp)", column="--precision")
-    if optimizer not in OPTIMIZERS:
-        raise InputError(f"unknown optimizer {optimizer!r} (use {', '.join(OPTIMIZERS)})", column="--optimizer")
-    if iterations < 1:
-        raise InputError(f"expected --iterations >= 1, got {iterations}", column="--iterations")
-    if warmup < 0 or loss_steps < 0:
-        raise InputError("expected --warmup and --loss-steps >= 0", column="--warmup")
-    if batch_size is not None and batch_size < 1:
-        raise InputError(f"expected a batch size >= 1, got {batch_size}", column="--batch-size")
+    _check_options(precision, optimizer, iterations, warmup, loss_steps, batch_size)
     dev = _resolve_device(device)
     report = progress or (lambda phase, done, total: None)
     notes: list[str] = []
 
-    # -- build the model and the batch
-    if isinstance(model_fn, nn.Module):
-        model, batch = model_fn, None
-    else:
-        built = model_fn()
-        if isinstance(built, (tuple, list)) and len(built) == 2 and isinstance(built[0], nn.Module):
-            model, batch = built
-        elif isinstance(built, nn.Module):
-            model, batch = built, None
-        else:
-            raise InputError(f"model_fn returned {type(built).__name__}; expected an nn.Module or (nn.Module, batch)")
-    make_batch: Callable[[int], Any] | None = batch_fn if callable(batch_fn) else None
-    if batch is None:
-        if batch_fn is None:
-            raise InputError("no batch: pass batch_fn or let model_fn return (model, batch)")
-        if make_batch is not None:
-            if batch_size is None:
-                raise InputError("batch_fn is a function: pass batch_size as well", column="--batch-size")
-            batch = make_batch(batch_size)
-        else:
-            batch = batch_fn
-    full = infer_batch_size(batch)
-    if batch_size is None:
-        batch_size = full
-    elif batch_size != full:
-        if make_batch is not None:
-            batch = make_batch(batch_size)
-            full = infer_batch_size(batch)
-        if batch_size < full:
-            batch, full = slice_batch(batch, batch_size, full), batch_size
-        elif batch_size > full:
-            raise InputError(
-                f"the batch has {full} samples and cannot be enlarged to {batch_size}; give the entry point a "
-                "batch_size parameter or pass a smaller --batch-size",
-                column="--batch-size",
-            )
+    model, batch, batch_size = _resolve_model_and_batch(model_fn, batch_fn, batch_size)
     model_name = name or getattr(model, "name", None) or type(model).__name__
-
     model = model.to(dev)
     model.train()
     batch = to_device(batch, dev)
@@ -365,45 +320,16 @@ def profile(
     try:
         # -- 1. probe: FLOPs and activation memory on a small sub-batch
         t_probe = time.perf_counter()
-        report("probe", 0, 1)
-        probe_size = min(batch_size, 2)
-        try:
-            # Copies, not views: a view would carry the whole batch's storage into the byte count.
-            probe_batch = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x,
-                                   slice_batch(batch, probe_size, batch_size))
-            probe = _probe(model, probe_batch, probe_size, dev, precision)
-        except Exception as exc:
-            if _is_oom(exc):
-                _free(dev)
-                raise BatchSizeError(
-                    f"model {model_name!r} does not fit in {_device_words(dev)} memory even at batch size {probe_size}",
-                    largest_fitting=0,
-                ) from None
-            raise
+        probe = _run_probe(model, batch, batch_size, dev, precision, model_name, report, notes)
         probe_s = time.perf_counter() - t_probe
-        report("probe", 1, 1)
-        if probe["surrogate"]:
-            notes.append("model output is not a scalar loss: timed with mean(output**2) as a surrogate loss")
-        if probe["flops_forward"] == 0:
-            notes.append("FlopCounterMode saw no matmul/conv/attention FLOPs in this model")
 
-        # -- 2. does the batch fit?
-        state_bytes = _STATE_TENSORS[optimizer] * grad_bytes
-        static_est = param_bytes + grad_bytes + state_bytes
+        # -- 2. does the batch fit? Announce the cost before any full step.
+        static_est = param_bytes + grad_bytes + _STATE_TENSORS[optimizer] * grad_bytes
         per_sample_est = probe["activation_bytes"] * _ACTIVATION_PEAK_FACTOR
         if dev.type == "cpu":
-            avail = available_memory_bytes(dev)
-            if avail is not None:
-                budget = 0.9 * avail + param_bytes  # parameters are already allocated
-
-                def fits(b: int) -> bool:
-                    return static_est + per_sample_est * b <= budget
-
-                if not fits(batch_size):
-                    best = largest_fitting(fits, batch_size - 1)
-                    raise _too_big(model_name, batch_size, best, dev, static_est + per_sample_est * batch_size, avail)
-
-        total_steps = loss_steps + max(warmup - loss_steps, 0 if loss_steps else 1) + iterations
+            _check_fits_host(model_name, batch_size, dev, param_bytes, static_est, per_sample_est)
+        n_warm = max(warmup - loss_steps, 0 if loss_steps else 1)
+        total_steps = loss_steps + n_warm + iterations
         info = {"steps": total_steps, "batch_size": batch_size, "device": dev.type.upper(),
                 "flops_per_step": (probe["flops_forward"] + probe["flops_backward"]) * batch_size,
                 "memory_bytes": static_est + per_sample_est * batch_size, "step_s": None, "remaining_s": None}
@@ -411,102 +337,37 @@ def profile(
             estimate(dict(info))
         opt = make_optimizer(optimizer, (p for p in model.parameters() if p.requires_grad), lr)
         stepper = _Stepper(model, opt, dev, precision)
-        first_step = [True]
-
-        def run_step(b: Any) -> tuple[float, float, float, Any]:
-            try:
-                t_step = time.perf_counter()
-                out = stepper(b)
-                if first_step[0] and estimate is not None:
-                    first_step[0] = False
-                    step_s = time.perf_counter() - t_step
-                    left = total_steps - 1
-                    if max_time_s is not None:
-                        left = min(left, total_steps - iterations - 1 + max(3, math.ceil(max_time_s / max(step_s, 1e-9))))
-                    estimate({**info, "step_s": step_s, "remaining_s": left * step_s})
-                return out
-            except Exception as exc:
-                if not _is_oom(exc):
-                    raise
-            # Outside the except block so the failed step's tensors can be freed.
-            _free(dev, model, opt)
-            best = _search_fitting_gpu(stepper, batch, batch_size, dev, model, opt)
-            raise _too_big(model_name, batch_size, best, dev, None, None)
+        run_step = _guarded_step(stepper, model, opt, batch, batch_size, dev, model_name,
+                                 estimate, info, iterations, max_time_s)
 
         # -- 3. loss curve (doubles as warm-up)
-        loss_curve: list[list[float]] | None = None
-        loss_source: str | None = None
         t_loss = time.perf_counter()
+        loss_curve, loss_source = None, None
         if loss_steps:
             loss_source = data_description or ("synthetic: the profiled batch, memorised" if data is None else "user data")
-            feed = _loss_feed(data, batch, dev)
-            losses = []
-            for k in range(loss_steps):
-                step_batch = next(feed, None)
-                if step_batch is None:
-                    notes.append(f"loss curve stopped after {k} steps: the data ran out")
-                    break
-                *_, loss = run_step(step_batch)
-                losses.append(loss)
-                report("loss-curve", k + 1, loss_steps)
-            loss_curve = [[float(k), float(v)] for k, v in enumerate(losses)]
-            if any(not math.isfinite(v) for _, v in loss_curve):
-                notes.append("loss curve has non-finite values (learning rate too high for this model?)")
+            loss_curve = _loss_curve(run_step, _loss_feed(data, batch, dev), loss_steps, report, notes)
         loss_s = time.perf_counter() - t_loss
 
         # -- 4. warm-up, then measure
         t_warm = time.perf_counter()
-        n_warm = max(warmup - loss_steps, 0 if loss_steps else 1)
         for k in range(n_warm):
             run_step(batch)
             report("warm-up", k + 1, n_warm)
         warm_s = time.perf_counter() - t_warm
         static_bytes = param_bytes + grad_bytes + _optimizer_state_bytes(opt)
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(dev)
-        samples: list[tuple[float, float, float]] = []
-        measured = 0.0
-        for k in range(iterations):
-            f, b, o, _ = run_step(batch)
-            samples.append((f, b, o))
-            measured += f + b + o
-            report("measure", k + 1, iterations)
-            if max_time_s is not None and measured > max_time_s and k + 1 >= 3:
-                notes.append(f"stopped after {k + 1} of {iterations} iterations: --max-time {max_time_s:g}s reached")
-                break
-        peak = int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None
+        samples, measured, peak = _measure(run_step, batch, iterations, max_time_s, dev, report, notes)
     finally:
         torch.backends.cudnn.benchmark = cudnn_benchmark
 
-    timing = {
-        "forward": PhaseTiming.from_samples([s[0] for s in samples]),
-        "backward": PhaseTiming.from_samples([s[1] for s in samples]),
-        "optimizer": PhaseTiming.from_samples([s[2] for s in samples]),
-        "total": PhaseTiming.from_samples([sum(s) for s in samples]),
-    }
+    # -- 5. assemble the profile
+    timing = _phase_timings(samples)
     step_s = timing["total"].median_s
     samples_per_s = batch_size / step_s
     info = device_info(dev, precision)
     flops_total = probe["flops_forward"] + probe["flops_backward"]
     achieved = flops_total * samples_per_s / 1e12
     peak_tflops = info.get("peak_tflops")
-    memory: dict[str, Any] = {
-        "static_bytes": static_bytes,
-        "activation_bytes_per_sample": probe["activation_bytes"],
-    }
-    if peak is not None:
-        memory.update(
-            peak_bytes=peak,
-            peak_bytes_per_sample=max(peak - static_bytes, 0) / batch_size,
-            method="torch.cuda.max_memory_allocated over the measured steps; activations from saved-tensor hooks",
-        )
-    else:
-        memory.update(
-            process_max_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            peak_bytes=int(static_bytes + per_sample_est * batch_size),
-            peak_bytes_per_sample=per_sample_est,
-            method=f"estimate: static + {_ACTIVATION_PEAK_FACTOR} x tensors saved for backward (saved-tensor hooks)",
-        )
+    memory = _memory_record(static_bytes, probe["activation_bytes"], peak, per_sample_est, batch_size)
     if dev.type == "cpu" and precision == "amp":
         notes.append("CPU amp uses bfloat16 autocast; peak_tflops is the fp32 estimate")
     return Profile(
@@ -647,3 +508,207 @@ def _describe_input(batch: Any, batch_size: int) -> dict[str, Any]:
         "shapes": [list(t.shape[1:]) if t.ndim and t.shape[0] == batch_size else list(t.shape) for t in tensors],
         "dtypes": [str(t.dtype).replace("torch.", "") for t in tensors],
     }
+
+
+# ------------------------------------------------------------------ the steps of profile()
+
+
+def _check_options(precision: str, optimizer: str, iterations: int, warmup: int, loss_steps: int,
+                   batch_size: int | None) -> None:
+    if precision not in PRECISIONS:
+        raise InputError(f"unknown precision {precision!r} (use fp32 or amp)", column="--precision")
+    if optimizer not in OPTIMIZERS:
+        raise InputError(f"unknown optimizer {optimizer!r} (use {', '.join(OPTIMIZERS)})", column="--optimizer")
+    if iterations < 1:
+        raise InputError(f"expected --iterations >= 1, got {iterations}", column="--iterations")
+    if warmup < 0 or loss_steps < 0:
+        raise InputError("expected --warmup and --loss-steps >= 0", column="--warmup")
+    if batch_size is not None and batch_size < 1:
+        raise InputError(f"expected a batch size >= 1, got {batch_size}", column="--batch-size")
+
+
+def _resolve_model_and_batch(model_fn: nn.Module | Callable[[], Any], batch_fn: Any,
+                             batch_size: int | None) -> tuple[nn.Module, Any, int]:
+    """The module, a batch of ``batch_size`` samples (sliced or rebuilt as needed), and that size."""
+    if isinstance(model_fn, nn.Module):
+        model, batch = model_fn, None
+    else:
+        built = model_fn()
+        if isinstance(built, (tuple, list)) and len(built) == 2 and isinstance(built[0], nn.Module):
+            model, batch = built
+        elif isinstance(built, nn.Module):
+            model, batch = built, None
+        else:
+            raise InputError(f"model_fn returned {type(built).__name__}; expected an nn.Module or (nn.Module, batch)")
+    make_batch: Callable[[int], Any] | None = batch_fn if callable(batch_fn) else None
+    if batch is None:
+        if batch_fn is None:
+            raise InputError("no batch: pass batch_fn or let model_fn return (model, batch)")
+        if make_batch is not None:
+            if batch_size is None:
+                raise InputError("batch_fn is a function: pass batch_size as well", column="--batch-size")
+            batch = make_batch(batch_size)
+        else:
+            batch = batch_fn
+    full = infer_batch_size(batch)
+    if batch_size is None:
+        return model, batch, full
+    if batch_size != full:
+        if make_batch is not None:
+            batch = make_batch(batch_size)
+            full = infer_batch_size(batch)
+        if batch_size < full:
+            batch = slice_batch(batch, batch_size, full)
+        elif batch_size > full:
+            raise InputError(
+                f"the batch has {full} samples and cannot be enlarged to {batch_size}; give the entry point a "
+                "batch_size parameter or pass a smaller --batch-size",
+                column="--batch-size",
+            )
+    return model, batch, batch_size
+
+
+def _run_probe(model: nn.Module, batch: Any, batch_size: int, dev: torch.device, precision: str,
+               model_name: str, report: ProgressFn, notes: list[str]) -> dict[str, float]:
+    """Step 1: one forward + backward on ``min(B, 2)`` samples; a probe that runs out of memory
+    means the model does not fit at all."""
+    report("probe", 0, 1)
+    probe_size = min(batch_size, 2)
+    try:
+        # Copies, not views: a view would carry the whole batch's storage into the byte count.
+        probe_batch = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x,
+                               slice_batch(batch, probe_size, batch_size))
+        probe = _probe(model, probe_batch, probe_size, dev, precision)
+    except Exception as exc:
+        if _is_oom(exc):
+            _free(dev)
+            raise BatchSizeError(
+                f"model {model_name!r} does not fit in {_device_words(dev)} memory even at batch size {probe_size}",
+                largest_fitting=0,
+            ) from None
+        raise
+    report("probe", 1, 1)
+    if probe["surrogate"]:
+        notes.append("model output is not a scalar loss: timed with mean(output**2) as a surrogate loss")
+    if probe["flops_forward"] == 0:
+        notes.append("FlopCounterMode saw no matmul/conv/attention FLOPs in this model")
+    return probe
+
+
+def _check_fits_host(model_name: str, batch_size: int, dev: torch.device, param_bytes: int,
+                     static_est: float, per_sample_est: float) -> None:
+    """Step 2 on a CPU: the estimated peak against the host's available memory (a GPU's first
+    real step is its own test, in :func:`_guarded_step`)."""
+    avail = available_memory_bytes(dev)
+    if avail is None:
+        return
+    budget = 0.9 * avail + param_bytes  # parameters are already allocated
+
+    def fits(b: int) -> bool:
+        return static_est + per_sample_est * b <= budget
+
+    if not fits(batch_size):
+        best = largest_fitting(fits, batch_size - 1)
+        raise _too_big(model_name, batch_size, best, dev, static_est + per_sample_est * batch_size, avail)
+
+
+def _guarded_step(stepper: _Stepper, model: nn.Module, opt: torch.optim.Optimizer, batch: Any, batch_size: int,
+                  dev: torch.device, model_name: str, estimate: EstimateFn | None, info: dict[str, Any],
+                  iterations: int, max_time_s: float | None) -> Callable[[Any], tuple[float, float, float, Any]]:
+    """One training step that announces the measured pace after the first step and turns an
+    out-of-memory error into a :class:`BatchSizeError` naming the largest batch that fits."""
+    total_steps = info["steps"]
+    first_step = [True]
+
+    def run_step(b: Any) -> tuple[float, float, float, Any]:
+        try:
+            t_step = time.perf_counter()
+            out = stepper(b)
+            if first_step[0] and estimate is not None:
+                first_step[0] = False
+                step_s = time.perf_counter() - t_step
+                left = total_steps - 1
+                if max_time_s is not None:
+                    left = min(left, total_steps - iterations - 1 + max(3, math.ceil(max_time_s / max(step_s, 1e-9))))
+                estimate({**info, "step_s": step_s, "remaining_s": left * step_s})
+            return out
+        except Exception as exc:
+            if not _is_oom(exc):
+                raise
+        # Outside the except block so the failed step's tensors can be freed.
+        _free(dev, model, opt)
+        best = _search_fitting_gpu(stepper, batch, batch_size, dev, model, opt)
+        raise _too_big(model_name, batch_size, best, dev, None, None)
+
+    return run_step
+
+
+def _loss_curve(run_step: Callable[[Any], tuple[float, float, float, Any]], feed: Any, loss_steps: int,
+                report: ProgressFn, notes: list[str]) -> list[list[float]]:
+    """Step 3: ``loss_steps`` training steps on the fed batches, as ``[[step, loss], ...]``."""
+    losses = []
+    for k in range(loss_steps):
+        step_batch = next(feed, None)
+        if step_batch is None:
+            notes.append(f"loss curve stopped after {k} steps: the data ran out")
+            break
+        *_, loss = run_step(step_batch)
+        losses.append(loss)
+        report("loss-curve", k + 1, loss_steps)
+    loss_curve = [[float(k), float(v)] for k, v in enumerate(losses)]
+    if any(not math.isfinite(v) for _, v in loss_curve):
+        notes.append("loss curve has non-finite values (learning rate too high for this model?)")
+    return loss_curve
+
+
+def _measure(run_step: Callable[[Any], tuple[float, float, float, Any]], batch: Any, iterations: int,
+             max_time_s: float | None, dev: torch.device, report: ProgressFn,
+             notes: list[str]) -> tuple[list[tuple[float, float, float]], float, int | None]:
+    """Step 4: the measured steps as (forward, backward, optimizer) seconds, their sum, and the
+    GPU's peak allocated bytes over them (None on a CPU)."""
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    samples: list[tuple[float, float, float]] = []
+    measured = 0.0
+    for k in range(iterations):
+        f, b, o, _ = run_step(batch)
+        samples.append((f, b, o))
+        measured += f + b + o
+        report("measure", k + 1, iterations)
+        if max_time_s is not None and measured > max_time_s and k + 1 >= 3:
+            notes.append(f"stopped after {k + 1} of {iterations} iterations: --max-time {max_time_s:g}s reached")
+            break
+    peak = int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None
+    return samples, measured, peak
+
+
+def _phase_timings(samples: list[tuple[float, float, float]]) -> dict[str, PhaseTiming]:
+    return {
+        "forward": PhaseTiming.from_samples([s[0] for s in samples]),
+        "backward": PhaseTiming.from_samples([s[1] for s in samples]),
+        "optimizer": PhaseTiming.from_samples([s[2] for s in samples]),
+        "total": PhaseTiming.from_samples([sum(s) for s in samples]),
+    }
+
+
+def _memory_record(static_bytes: int, activation_bytes: float, peak: int | None, per_sample_est: float,
+                   batch_size: int) -> dict[str, Any]:
+    """The profile's memory section: measured on a GPU, estimated (plus the process's max RSS) on a CPU."""
+    memory: dict[str, Any] = {
+        "static_bytes": static_bytes,
+        "activation_bytes_per_sample": activation_bytes,
+    }
+    if peak is not None:
+        memory.update(
+            peak_bytes=peak,
+            peak_bytes_per_sample=max(peak - static_bytes, 0) / batch_size,
+            method="torch.cuda.max_memory_allocated over the measured steps; activations from saved-tensor hooks",
+        )
+    else:
+        memory.update(
+            process_max_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            peak_bytes=int(static_bytes + per_sample_est * batch_size),
+            peak_bytes_per_sample=per_sample_est,
+            method=f"estimate: static + {_ACTIVATION_PEAK_FACTOR} x tensors saved for backward (saved-tensor hooks)",
+        )
+    return memory
