@@ -30,7 +30,7 @@ from _pages import write_page  # noqa: E402
 from spottrain.transience import lifetime_model, optimal_checkpoint_interval_s  # noqa: E402
 from spottrain.perf.workload import Workload  # noqa: E402
 from spottrain.planner.risk import checkpoint_cost_s  # noqa: E402
-from spottrain.transience.checkpoint import _cycle_terms  # noqa: E402
+from spottrain.transience.checkpoint_interval import _cycle_terms  # noqa: E402
 
 LAWS = [("aws", "V100"), ("aws", "T4"), ("gcp", "V100"), ("gcp", "T4"), ("azure", "A100"), ("aws", "A10G")]
 NODES = (1, 4, 16)

@@ -3,7 +3,7 @@
 Pure functions ``decide(state) -> Decision`` like those of :mod:`spottrain.policies`, whose
 registry :data:`~spottrain.policies.POLICIES` holds every one of them (so ``get_policy`` sees them
 without importing the simulator). Two of them also start from a different cluster than the
-plan's; that *plan transform* lives with the simulator (``spottrain.sim.baselines.PLAN_TRANSFORMS``)
+plan's; that *plan transform* lives with the simulator (``spottrain.sim.plan_transforms.PLAN_TRANSFORMS``)
 and is applied by whoever starts the job.
 
 - ``checkpoint-restart``: periodic checkpoints only, no emergency checkpoint on a notice, no

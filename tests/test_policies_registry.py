@@ -20,7 +20,7 @@ import json, sys
 from spottrain.policies import POLICIES
 before = {name: f"{f.__module__}.{f.__qualname__}" for name, f in POLICIES.items()}
 sim_loaded = "spottrain.sim" in sys.modules
-import spottrain.sim.baselines as b
+import spottrain.sim.plan_transforms as b
 after = {name: f"{f.__module__}.{f.__qualname__}" for name, f in POLICIES.items()}
 print(json.dumps({"before": before, "after": after, "sim_loaded": sim_loaded, "baselines": list(b.BASELINES)}))
 """

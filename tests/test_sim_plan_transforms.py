@@ -4,7 +4,7 @@ import pytest
 
 from sim_plans import make_plan, write_trace
 from spottrain.policies import POLICIES, JobState, NodeOption, NodeView
-from spottrain.sim import baselines, sources
+from spottrain.sim import plan_transforms, sources
 from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams
 from spottrain.sim.montecarlo import make_setup
@@ -26,30 +26,30 @@ def _state(event, **kw):
 
 
 def test_baselines_are_registered():
-    for name in baselines.BASELINES + ("deadline-margin",):
+    for name in plan_transforms.BASELINES + ("deadline-margin",):
         assert name in POLICIES
 
 
 def test_skypilot_managed_releases_everyone_and_relaunches_the_plan():
-    d = baselines.skypilot_managed(_state("revoked"))
+    d = plan_transforms.skypilot_managed(_state("revoked"))
     assert set(d.release) == {"n0", "n1"}
     assert len(d.request) == 4  # the plan's four nodes (the revoked one stands in for one of them)
-    assert baselines.skypilot_managed(_state("revoked", pending=4)).request == ()
-    assert baselines.skypilot_managed(_state("notice")).checkpoint_now is False
+    assert plan_transforms.skypilot_managed(_state("revoked", pending=4)).request == ()
+    assert plan_transforms.skypilot_managed(_state("notice")).checkpoint_now is False
 
 
 def test_checkpoint_restart_does_nothing_on_notice_or_revocation():
     for ev in ("notice", "revoked"):
-        d = baselines.checkpoint_restart(_state(ev))
+        d = plan_transforms.checkpoint_restart(_state(ev))
         assert not d.checkpoint_now and not d.request
 
 
 def test_on_demand_and_anchor_transforms():
     plan = make_plan(nodes=4)
-    od, _ = baselines.to_on_demand(plan)
+    od, _ = plan_transforms.to_on_demand(plan)
     assert all(not g.spot and g.price_usd_per_hour == g.on_demand_price_usd_per_hour for g in od.groups)
     assert [(g.instance_type, g.count) for g in od.groups] == [(g.instance_type, g.count) for g in plan.groups]
-    anchored, over = baselines.with_anchor(plan)
+    anchored, over = plan_transforms.with_anchor(plan)
     assert anchored.nodes == 5 and sum(1 for g in anchored.groups if not g.spot) == 1
     (anchor,) = [g for g in anchored.groups if not g.spot]
     assert anchor.count == 1 and anchor.instance_type == plan.groups[0].instance_type

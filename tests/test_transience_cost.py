@@ -93,7 +93,7 @@ def test_transience_cost_fields_and_bounds():
 def test_expected_checkpoints_closed_form_matches_the_direct_sum_for_short_segments():
     """Segments shorter than a grid cell are summed in closed form (Euler-Maclaurin): it must agree
     with the term-by-term sum (millions of terms) on a law with infinite hazard at 0 and 16 nodes."""
-    from spottrain.transience.checkpoint import _cycle_terms, _expected_checkpoints
+    from spottrain.transience.checkpoint_interval import _cycle_terms, _expected_checkpoints
 
     rng = np.random.default_rng(3)
     m = WeibullLifetime().fit(3 * 3600.0 * rng.weibull(0.6, 4000))

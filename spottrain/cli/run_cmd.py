@@ -385,7 +385,7 @@ def _skypilot_elastic(plan: Any, command: list[str], job_id: str, bucket: str | 
     if output is not None or launch:
         raise InputError("--output and --launch apply to --skypilot-mode managed-torchrun; the elastic mode "
                          "launches from here (see its tasks with --dry-run)", column="--output" if output else "--launch")
-    from spottrain.sim.baselines import PLAN_TRANSFORMS
+    from spottrain.sim.plan_transforms import PLAN_TRANSFORMS
 
     transform = PLAN_TRANSFORMS.get(policy)
     if transform is not None:  # e.g. on-demand: the plan's cluster bought on-demand; deepvm-anchor: + an anchor node

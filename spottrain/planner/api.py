@@ -19,7 +19,7 @@ from spottrain.catalog import load_catalog
 from spottrain.catalog.offers import without_outlier_spot_prices
 from spottrain.errors import InfeasibleError, InputError
 from spottrain.plan import Plan
-from spottrain.planner.baselines import run_baselines
+from spottrain.planner.other_systems import run_baselines
 from spottrain.planner.engine import (
     ONE_JOB,
     Context,

@@ -6,12 +6,12 @@
 Modules: :mod:`~spottrain.sim.core` (discrete-event core), :mod:`~spottrain.sim.setup` (what
 the runs of a plan share), :mod:`~spottrain.sim.job` (the job model), :mod:`~spottrain.sim.sources` (trace replay, sampled lifetimes),
 :mod:`~spottrain.sim.markets` (markets of other instance types a policy may buy),
-:mod:`~spottrain.sim.baselines` (the literature's policies), :mod:`~spottrain.sim.montecarlo`,
+:mod:`~spottrain.sim.plan_transforms` (the literature's policies), :mod:`~spottrain.sim.montecarlo`,
 :mod:`~spottrain.sim.hindsight` (candidate plans on common runs, hindsight-optimal plan),
 :mod:`~spottrain.sim.reproduce` (ICAC'19 reproduction), :mod:`~spottrain.sim.timeline`.
 """
 
-from spottrain.sim import baselines  # noqa: F401  (registers the baseline policies)
+from spottrain.sim import plan_transforms  # noqa: F401
 from spottrain.sim.montecarlo import PolicySummary, SimulationResult, simulate, timeline_run
 from spottrain.sim.setup import RunResult, SimParams, SimSetup
 

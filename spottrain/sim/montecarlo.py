@@ -27,7 +27,7 @@ import numpy as np
 from spottrain.errors import InputError
 from spottrain.plan import Plan
 from spottrain.policies import get_policy
-from spottrain.sim import baselines, sources, vector
+from spottrain.sim import plan_transforms, sources, vector
 from spottrain.sim.job import run_setup
 from spottrain.sim.setup import RunResult, SimParams, SimSetup
 from spottrain.sim.markets import Markets
@@ -117,7 +117,7 @@ def make_setup(plan: Plan, policy: str, source: Any, params: SimParams | None = 
     ``markets``: prepared markets of other instance types to share (see :func:`make_markets`)."""
     get_policy(policy)
     params = params or SimParams()
-    transform = baselines.PLAN_TRANSFORMS.get(policy)
+    transform = plan_transforms.PLAN_TRANSFORMS.get(policy)
     if transform is not None:
         plan, overrides = transform(plan)
         if overrides:

@@ -31,7 +31,7 @@ from spottrain.transience.availability import (  # noqa: E402
     replacement_delay,
     startup_times_s,
 )
-from spottrain.transience.checkpoint import (  # noqa: E402
+from spottrain.transience.checkpoint_interval import (  # noqa: E402
     daly_interval_s,
     expected_overhead,
     optimal_checkpoint_interval_s,
