@@ -1,5 +1,7 @@
 """Replacement across instance types: markets of other types, live options, determinism."""
 
+import dataclasses
+
 import pytest
 
 from sim_plans import make_plan, write_trace
@@ -15,10 +17,13 @@ ALT_PRICE = 0.5
 OUTAGE_END_S = 40_000.0
 
 
-def _outage(tmp_path, *, gpu, instance_type, price, deadline_h, outage_end_s=OUTAGE_END_S):
+def _outage(tmp_path, *, gpu, instance_type, price, deadline_h, outage_end_s=OUTAGE_END_S, workload=None):
     """4 x p3.2xlarge (4 h of work) whose market is empty from t=2000 s to ``outage_end_s``
-    (synthetic trace); a market of ``instance_type`` that always has room (synthetic trace)."""
+    (synthetic trace); a market of ``instance_type`` that always has room (synthetic trace).
+    ``workload``: fields of the plan's workload to replace (ResNet-50 at batch 64 by default)."""
     plan = make_plan(nodes=4, hours=4.0, interval_s=1000.0, deadline_h=deadline_h)
+    if workload:
+        plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, **workload))
     own = write_trace(tmp_path / "synthetic_own.csv",
                       [(0, "z", "available", 4), (2000, "z", "available", 0), (outage_end_s, "z", "available", 4)],
                       duration_s=100_000.0)
@@ -168,11 +173,21 @@ def test_trace_mode_uses_the_other_types_traces_or_its_fitted_model():
     assert any("other instance types for replace-cheapest" in n for n in res.notes)
 
 
+# ResNet-18 at batch 128 per GPU: compute-bound across nodes (its 47 MB gradient is small next to a
+# step's compute), so 4 V100 nodes train about 2.7x faster than one and the cluster's speed follows
+# the GPU (`spottrain predict --model resnet18 --batch-size 128 --cluster 4xV100`). ResNet-50 at
+# batch 64 is all-reduce bound across nodes at the measured TCP rate: 4 K80 nodes would train at
+# ~70 % of 4 V100 nodes, and the slow alternative would not be slow.
+COMPUTE_BOUND = dict(model="resnet18", batch_size=128, flops_per_sample=6 * 1.8e9, param_count=11_700_000,
+                     gradient_bytes=4 * 11_700_000.0)
+
+
 def _slow_alternative(tmp_path, outage_end_s=OUTAGE_END_S):
     """The V100 outage with a K80 market beside it (p2.xlarge at a synthetic $0.2/h: cheap per
-    sample, but 4 of them train at well under half the V100 cluster's speed): 6 h deadline."""
-    return _outage(tmp_path, gpu="K80", instance_type="p2.xlarge", price=0.2, deadline_h=6.0,
-                   outage_end_s=outage_end_s)
+    sample, but 4 of them train at well under half the V100 cluster's speed, the workload being
+    compute-bound): 8 h deadline."""
+    return _outage(tmp_path, gpu="K80", instance_type="p2.xlarge", price=0.2, deadline_h=8.0,
+                   outage_end_s=outage_end_s, workload=COMPUTE_BOUND)
 
 
 def test_deadline_cheapest_meets_the_deadline_replace_cheapest_misses_for_less_than_deadline_margin(tmp_path):
