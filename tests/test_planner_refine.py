@@ -27,8 +27,8 @@ def write_synthetic(path, *, up_h: float, down_h: float, hours: float = 60.0, zo
     return str(path)
 
 
-def _request(deadline_h: float = 16.0, **over):
-    w = Workload.from_zoo("resnet50", 64)
+def _request(deadline_h: float = 16.0, *, model: str = "resnet50", batch_size: int = 64, **over):
+    w = Workload.from_zoo(model, batch_size)
     kw = dict(samples=90 * 1.28e6, deadline_s=deadline_h * 3600, confidence=0.95, clouds=["aws"],
               regions=["us-west-2"], instance_types=[P3_16], max_nodes=24)
     kw.update(over)
@@ -40,6 +40,16 @@ def request16():
     return _request()
 
 
+@pytest.fixture(scope="module")
+def request16_compute_bound():
+    # ResNet-18 at batch 128 per GPU: its 47 MB gradient is small next to a step's compute, so it
+    # keeps scaling across p3.16xlarge nodes at the measured TCP all-reduce rate (`spottrain predict
+    # --model resnet18 --batch-size 128 --cluster 8xp3.16xlarge`: ~4.6x one node's speed), while
+    # ResNet-50 at batch 64 is all-reduce bound there (2 nodes train slower than 1), so no bigger
+    # cluster of it could finish inside one availability window.
+    return _request(model="resnet18", batch_size=128)
+
+
 @pytest.fixture()
 def synthetic_outages(tmp_path):
     # The market of p3.16xlarge is there for 1 h, then gone for 8 h, for all nodes at once: a
@@ -48,8 +58,8 @@ def synthetic_outages(tmp_path):
     return write_synthetic(tmp_path / "synthetic_outages_2a.csv", up_h=1.0, down_h=8.0, hours=90)
 
 
-def test_a_bigger_cluster_that_dodges_correlated_outages_wins(request16, synthetic_outages):
-    result, ctx = request16
+def test_a_bigger_cluster_that_dodges_correlated_outages_wins(request16_compute_bound, synthetic_outages):
+    result, ctx = request16_compute_bound
     ref = refine(result, ctx, runs=20, traces=[synthetic_outages], max_candidates=16)
     chosen, analytical = ref.plan, result.best
     assert ref.analytical.label == analytical.label
