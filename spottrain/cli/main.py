@@ -15,7 +15,7 @@ import typer
 import typer.core
 from rich.console import Console
 from typer import Abort, TyperException
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer 0.29 vendors click
 
 from spottrain import __version__
 from spottrain.errors import SpottrainError
@@ -85,8 +85,6 @@ def main(argv: list[str] | None = None) -> None:
     # into 80 columns and cut every cell. Give it room unless the user chose a width.
     if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
         os.environ["COLUMNS"] = "200"
-    # typer 0.29 vendors click: its exceptions live in typer._click.
-
     try:
         # Not standalone: click's usage errors (unknown option, a value of the wrong type) reach
         # us and print in one line like ours, instead of typer's multi-line box.
