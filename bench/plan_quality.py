@@ -49,7 +49,7 @@ from _machine import machine  # noqa: E402
 from _pages import write_page  # noqa: E402
 
 from spottrain.perf import Workload  # noqa: E402
-from spottrain.plan import Plan  # noqa: E402
+from spottrain.plan_file import Plan  # noqa: E402
 from spottrain.planner import plan as make_plan  # noqa: E402
 from spottrain.planner.refine import candidate_plans, refine, replay_group  # noqa: E402
 from spottrain.sim.hindsight import hindsight, simulate_plans  # noqa: E402

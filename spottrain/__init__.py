@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
         ["SpottrainError", "InputError", "UnknownNameError", "InfeasibleError", "NotFittedError",
          "CheckpointError", "SchemaVersionError"], "spottrain.errors"),
     **dict.fromkeys(["ClusterGroup", "ClusterSpec"], "spottrain.types"),
-    **dict.fromkeys(["Plan", "PlanGroup", "PlanWorkload", "PlanPrediction"], "spottrain.plan"),
+    **dict.fromkeys(["Plan", "PlanGroup", "PlanWorkload", "PlanPrediction"], "spottrain.plan_file"),
     **dict.fromkeys(["JobState", "NodeView", "NodeOption", "Decision", "get_policy", "register_policy"],
                     "spottrain.policies"),
     # catalog

@@ -24,7 +24,7 @@ CURVES = Path(str(resources.files("spottrain").joinpath("data", "measurements", 
 
 
 def _plan_dict() -> dict:
-    from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+    from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 
     plan = Plan(
         workload=PlanWorkload(model="resnet50", batch_size=64, samples_total=1.28e6, flops_per_sample=24.6e9,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 
 
 def make_plan(*, nodes: int = 16, hours: float = 24.0, deadline_h: float | None = 36.0, sync: str = "sync",

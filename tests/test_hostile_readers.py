@@ -19,7 +19,7 @@ from spottrain.errors import InputError, SpottrainError
 from spottrain.files import parse_csv, read_csv, read_json
 from spottrain.perf.convergence import read_loss_curves
 from spottrain.perf.measurements import parse_row, read_measurements, read_table
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.profiler.schema import Profile
 from spottrain.transience.events import load_user_trace
 

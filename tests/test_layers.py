@@ -118,3 +118,13 @@ def test_import_graph_walker_sees_function_level_imports_and_cycles():
 def test_spottrain_modules_import_without_cycles():
     cycle = _find_cycle(_import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_exported_plan_function_is_not_shadowed_by_a_module():
+    # A submodule named like an exported function replaces it on the package once imported.
+    code = (
+        "import spottrain, spottrain.sim, spottrain.planner, spottrain.plan_file\n"
+        "print(callable(spottrain.plan) and type(spottrain.plan).__name__ == 'function')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "True", out.stdout + out.stderr

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from spottrain.errors import InputError, SchemaVersionError
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 
 
 def make_plan():

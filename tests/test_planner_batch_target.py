@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from spottrain.perf.convergence import read_loss_curves
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.planner.work import TargetLoss, target_loss_work
 
 TARGET = 0.15

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 
 
 def run(*args):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 
 BASE = ("--model", "resnet50", "--batch-size", "64", "--samples", "115M", "--deadline", "8h", "--no-baselines", "--json")
 

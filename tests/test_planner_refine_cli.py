@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 
 # p3 instances in us-west-2 have real SkyPilot availability traces, so the candidates are replayed
 # on real traces; --exclude-traces leaves out one zone's traces.

@@ -12,7 +12,7 @@ import pytest
 
 from spottrain.perf import Workload
 from spottrain.perf.convergence import curves_from_rows, load_accuracy_curves
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.planner.engine import prepare
 from spottrain.planner.work import target_loss_work
 from spottrain.profiler.schema import Profile

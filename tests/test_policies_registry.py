@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 
 LITERATURE = {"checkpoint-restart", "skypilot-managed", "on-demand", "deepvm-anchor", "replan-on-price"}
 

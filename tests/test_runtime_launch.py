@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from spottrain.errors import InputError
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.runtime.faults import load_injection_trace, parse_injections
 from spottrain.runtime.skypilot import SkyTask, task_config, task_from_plan, write_task
 from spottrain.runtime.watcher import (AwsSpotWatcher, GcpPreemptionWatcher, parse_aws_instance_action,

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from spottrain.errors import InputError
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.runtime.cloud import (LOST, RUNNING, STARTING, SUCCEEDED, LocalProvider, NodeGroup, check_launchable,
                                      check_reachable, groups_from_plan)
 from spottrain.runtime.cloud_sky import RecordingSky, SkyPilotProvider

@@ -17,7 +17,7 @@ from scipy.stats import ks_2samp
 from sim_plans import make_plan
 
 from spottrain.errors import InputError
-from spottrain.plan import PlanGroup
+from spottrain.plan_file import PlanGroup
 from spottrain.sim.job import run_setup
 from spottrain.sim.montecarlo import make_setup, make_source, run_seed, simulate
 from spottrain.sim.sources import pooled_source

@@ -292,7 +292,7 @@ def _share(share: float | None, spot_only: bool, allow_on_demand: bool) -> float
 
 
 def _render(result, out, report, refinement=None) -> None:
-    from spottrain.plan import Plan
+    from spottrain.plan_file import Plan
 
     console = Console()
     best = result.best

@@ -99,7 +99,7 @@ def run(
 
       spottrain run --plan plan.json --backend skypilot --skypilot-mode managed-torchrun --bucket s3://my-ckpts -o task.yaml -- python train.py
     """
-    from spottrain.plan import Plan
+    from spottrain.plan_file import Plan
 
     from spottrain.cli import options
 

@@ -50,7 +50,7 @@ def simulate(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from spottrain.plan import Plan
+    from spottrain.plan_file import Plan
     from spottrain.sim import montecarlo
     from spottrain.sim.timeline import timeline_png
 

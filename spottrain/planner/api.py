@@ -18,7 +18,7 @@ import numpy as np
 from spottrain.catalog import load_catalog
 from spottrain.catalog.offers import without_outlier_spot_prices
 from spottrain.errors import InfeasibleError, InputError
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.planner.other_systems import run_baselines
 from spottrain.planner.engine import (
     ONE_JOB,

@@ -3,7 +3,7 @@
 :func:`prepare` validates a request and assesses every homogeneous column once (a
 :class:`Context`); :func:`solve` finds the best plan among the columns a mask selects;
 :func:`market_mask` selects spot and/or on-demand columns; :func:`to_plan` and :func:`describe`
-turn an :class:`~spottrain.planner.formulation.Outcome` into a :class:`~spottrain.plan.Plan` or a
+turn an :class:`~spottrain.planner.formulation.Outcome` into a :class:`~spottrain.plan_file.Plan` or a
 one-line text. :func:`spottrain.planner.api.plan` (the facade), the baselines and the Pareto
 front are built on these.
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from spottrain.catalog import load_catalog
 from spottrain.errors import InputError, UnknownNameError
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (

@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.planner.evidence import headline, headline_lines, headline_rows
 from spottrain.report.document import Report
 from spottrain.report.plots import pareto_plot

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.planner.candidates import Candidate
 from spottrain.planner.engine import PS_BANDWIDTH_GBPS, market_mask, prepare, solve, to_plan
 

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.errors import InputError
-from spottrain.plan import Plan, PlanPrediction
+from spottrain.plan_file import Plan, PlanPrediction
 from spottrain.planner.api import PlanResult, plan
 from spottrain.planner.engine import Context, to_plan
 from spottrain.sim import sources

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spottrain.errors import InputError, UnknownNameError
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 
 STARTING, RUNNING, SUCCEEDED, LOST = "starting", "running", "succeeded", "lost"
 """Node states a provider reports: still being provisioned / set up; its worker runs; its

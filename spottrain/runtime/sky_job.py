@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spottrain.errors import InputError, SpottrainError
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.runtime.cloud import NodeGroup, check_launchable, check_reachable, groups_from_plan, parse_address
 from spottrain.runtime.cloud_sky import RecordingSky, SkyPilotProvider
 from spottrain.runtime.skypilot import NodeTask, SpottrainInstall, assumptions, node_task_config, to_yaml

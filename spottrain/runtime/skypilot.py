@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from spottrain.errors import InputError, SpottrainError
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 
 RDZV_PORT = 29500
 _NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9._-]{0,62})$")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.sim import vector
 from spottrain.sim.job import run_setup
 from spottrain.sim.setup import SimParams, SimSetup

@@ -32,7 +32,7 @@ from spottrain.clouds import vm_startup_s
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.perf import Workload, predict_throughput
 from spottrain.perf.workload import training_state_gib
-from spottrain.plan import Plan, PlanGroup
+from spottrain.plan_file import Plan, PlanGroup
 from spottrain.policies import NodeOption
 from spottrain.sim.sources import TracePool, from_model, from_trace, matching_traces, replacement_sampler
 from spottrain.transience import load_trace
@@ -413,7 +413,7 @@ def alternative_offers(plan: Plan, limit: int = 4) -> list[dict[str, Any]]:
     cheapest allowed zone); ranked by spot price per sample/s of a homogeneous cluster of that
     type as large as the plan's spot part (performance model), one per node shape (GPU, GPUs per
     node); the ``limit`` best are returned as
-    dicts with the keys of :class:`spottrain.plan.PlanGroup` (less ``count`` and ``spot``).
+    dicts with the keys of :class:`spottrain.plan_file.PlanGroup` (less ``count`` and ``spot``).
     """
     spot = [g for g in plan.groups if g.spot]
     if not spot or limit <= 0:

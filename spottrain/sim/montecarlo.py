@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.errors import InputError
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.policies import get_policy
 from spottrain.sim import plan_transforms, sources, vector
 from spottrain.sim.job import run_setup

@@ -31,7 +31,7 @@ from spottrain.literature_policies import (  # noqa: F401  (the baselines' polic
     replan_on_price,
     skypilot_managed,
 )
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 
 ANCHOR_CHECKPOINT_FACTOR = 0.25
 """DeepVM's asynchronous checkpointing to the anchor: share of the checkpoint cost that stalls."""

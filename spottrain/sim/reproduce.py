@@ -47,7 +47,7 @@ import numpy as np
 
 from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S
 from spottrain.perf import ThroughputModel, Workload, load_shipped, predict_throughput
-from spottrain.plan import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.sim.job import run_setup
 from spottrain.sim.montecarlo import run_seed
 from spottrain.sim.setup import SimParams, SimSetup

@@ -15,7 +15,7 @@ from typing import Any
 
 from spottrain.catalog import gpu_label
 from spottrain.clouds import vm_startup_s
-from spottrain.plan import Plan
+from spottrain.plan_file import Plan
 from spottrain.policies import NodeOption, NodeView, Policy, get_policy
 from spottrain.sim import markets
 from spottrain.sim.markets import NodeType, gpu_weight, throughput_function

@@ -293,7 +293,7 @@ def from_model(plan):
 # ---------------------------------------------------------------- empirical availability
 def matching_traces(group: Any, *, traces: Sequence[str] | None = None,
                     exclude: Sequence[str] = ()) -> list[str]:
-    """Traces that describe the spot market of ``group`` (a :class:`~spottrain.plan.PlanGroup`).
+    """Traces that describe the spot market of ``group`` (a :class:`~spottrain.plan_file.PlanGroup`).
 
     A trace matches by instance type (SkyPilot's ``_v100_8`` is p3.16xlarge); only when no trace
     names the instance type do traces of the same cloud and GPU without an instance type match
