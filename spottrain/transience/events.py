@@ -28,11 +28,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from spottrain.catalog import canonical_gpu, load_catalog
 from spottrain.errors import InputError, UnknownNameError
+
+if TYPE_CHECKING:  # the reader of CSV files is loaded only when a user trace is read
+    from spottrain.files import CsvTable
 
 EVENTS = ("start", "revoke", "end", "available", "price")
 KINDS = ("nodes", "alive", "availability", "price")
@@ -109,11 +113,37 @@ def load_user_trace(path: str | Path) -> Trace:
     text = read_text(path, what="trace")
     table = parse_csv(text, file=name, required=("time_s", "source", "event"), known=USER_COLUMNS, what="trace",
                       pad=True)
+    meta = _read_metadata(table, name)
+    if not len(table):
+        raise InputError(
+            "empty trace: expected a header 'time_s,source,event,value' and at least one event",
+            file=name, line=max(text.count("\n"), 1),
+        )
+    events = _read_events(table)
+    kind = _trace_kind(meta, events, name)
+    duration = _trace_duration(meta, events, name)
+    cloud = meta.get("cloud", "unknown").lower()
+    if cloud not in ("aws", "gcp", "azure", "unknown"):
+        raise InputError(str(UnknownNameError("cloud", cloud, ("aws", "gcp", "azure"))), file=name, column="cloud")
+    gpu = meta.get("gpu") or None
+    if gpu:
+        gpu = _canonical_gpu(gpu)
+    _check_instance_gpu(meta.get("instance_type") or None, gpu, cloud, file=name)
+    return Trace(
+        name=meta.get("name", path.stem), cloud=cloud,
+        gpu=gpu, instance_type=meta.get("instance_type") or None,
+        zone=meta.get("zone") or None, kind=kind, events=tuple(events),
+        duration_s=duration, provenance=meta.get("provenance", f"user trace {name}"),
+        meta={"header_line": table.header_line},
+    )
+
+
+def _read_metadata(table: CsvTable, name: str) -> dict[str, str]:
+    """The ``# key: value`` comments above the header, keys checked against ``_META_KEYS``."""
     meta: dict[str, str] = {}
-    header_line = table.header_line
     for lineno, raw in table.comments:
         body = raw.strip().lstrip("#").strip()
-        if ":" in body and lineno < header_line:
+        if ":" in body and lineno < table.header_line:
             key, _, val = body.partition(":")
             key = key.strip().lower()
             if key not in _META_KEYS:
@@ -122,13 +152,12 @@ def load_user_trace(path: str | Path) -> Trace:
                     file=name, line=lineno,
                 )
             meta[key] = val.strip()
-    if not len(table):
-        raise InputError(
-            "empty trace: expected a header 'time_s,source,event,value' and at least one event",
-            file=name, line=max(text.count("\n"), 1),
-        )
+    return meta
 
 
+def _read_events(table: CsvTable) -> list[TraceEvent]:
+    """The rows as events: times >= 0 and sorted, known events, each node started before it is
+    revoked or ended, a value for ``available`` and ``price``."""
     times = table.numbers("time_s", low=0.0, low_open=False)
     order = np.flatnonzero(np.diff(times) < 0)
     if len(order):
@@ -149,17 +178,7 @@ def load_user_trace(path: str | Path) -> Trace:
                               column="event")
         value: float | None = None
         if ev in ("available", "price"):
-            v_text = values_text[i]
-            try:
-                value = float(v_text)
-            except ValueError:
-                raise table.error(f"event {ev!r} needs a numeric value, got {v_text!r}", row=i,
-                                  column="value") from None
-            if not math.isfinite(value) or value < 0:
-                raise table.error(f"value must be a finite number >= 0, got {v_text!r}", row=i, column="value")
-            if ev == "available" and value != int(value):
-                raise table.error(f"an 'available' value counts instances: expected a whole number, got {v_text!r}",
-                                  row=i, column="value")
+            value = _event_value(table, i, ev, values_text[i])
         elif ev == "start":
             if source in running:
                 raise table.error(f"node {source!r} started twice without revoke/end", row=i, column="source")
@@ -170,7 +189,26 @@ def load_user_trace(path: str | Path) -> Trace:
                                   column="source")
             running.discard(source)
         events.append(TraceEvent(time_s=t, source=source, event=ev, value=value))
+    return events
 
+
+def _event_value(table: CsvTable, i: int, ev: str, v_text: str) -> float:
+    """The value of an ``available`` (a whole count) or ``price`` (USD/h) event in row ``i``."""
+    try:
+        value = float(v_text)
+    except ValueError:
+        raise table.error(f"event {ev!r} needs a numeric value, got {v_text!r}", row=i,
+                          column="value") from None
+    if not math.isfinite(value) or value < 0:
+        raise table.error(f"value must be a finite number >= 0, got {v_text!r}", row=i, column="value")
+    if ev == "available" and value != int(value):
+        raise table.error(f"an 'available' value counts instances: expected a whole number, got {v_text!r}",
+                          row=i, column="value")
+    return value
+
+
+def _trace_kind(meta: dict[str, str], events: list[TraceEvent], name: str) -> str:
+    """The ``kind`` metadata, else what the events imply."""
     kinds_seen = {e.event for e in events}
     default_kind = ("price" if kinds_seen == {"price"}
                     else "alive" if "available" in kinds_seen else "nodes")
@@ -178,6 +216,11 @@ def load_user_trace(path: str | Path) -> Trace:
     if kind not in KINDS:
         raise InputError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}",
                          file=name, line=1)
+    return kind
+
+
+def _trace_duration(meta: dict[str, str], events: list[TraceEvent], name: str) -> float:
+    """The ``duration_s`` metadata (not before the last event), else the last event's time."""
     duration = events[-1].time_s
     if "duration_s" in meta:
         try:
@@ -191,20 +234,7 @@ def load_user_trace(path: str | Path) -> Trace:
         if duration < events[-1].time_s:
             raise InputError(f"duration_s {duration:g} is before the last event "
                              f"({events[-1].time_s:g} s)", file=name)
-    cloud = meta.get("cloud", "unknown").lower()
-    if cloud not in ("aws", "gcp", "azure", "unknown"):
-        raise InputError(str(UnknownNameError("cloud", cloud, ("aws", "gcp", "azure"))), file=name, column="cloud")
-    gpu = meta.get("gpu") or None
-    if gpu:
-        gpu = _canonical_gpu(gpu)
-    _check_instance_gpu(meta.get("instance_type") or None, gpu, cloud, file=name)
-    return Trace(
-        name=meta.get("name", path.stem), cloud=cloud,
-        gpu=gpu, instance_type=meta.get("instance_type") or None,
-        zone=meta.get("zone") or None, kind=kind, events=tuple(events),
-        duration_s=duration, provenance=meta.get("provenance", f"user trace {name}"),
-        meta={"header_line": header_line},
-    )
+    return duration
 
 
 def _check_instance_gpu(instance_type: str | None, gpu: str | None, cloud: str, *, file: str) -> None:
