@@ -223,7 +223,7 @@ def summary(records) -> list[str]:
 
 
 MOVED = [
-    "## How plans moved (issue 16: all-reduce across nodes as achieved)", "",
+    "## How plans moved (all-reduce across nodes as achieved)", "",
     "Previous run (commit 30460e4's page, same requests, traces and runs): ours / hindsight median 1.245, "
     "savings vs on-demand median 62.3 %, refined within 10 % of hindsight 10/10. This run: 1.834, 0.0 %, 8/10; "
     "deadlines met 10/10 in both. What changed is the throughput model, not the planner:",

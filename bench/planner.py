@@ -57,7 +57,7 @@ CLI = ["plan", "--model", "resnet50", "--batch-size", "64", "--epochs", "90", "-
 
 SMALL = ["plan", "--model", "resnet50", "--batch-size", "32", "--epochs", "1", "--dataset-size", "1281167",
          "--deadline", "2h"]
-"""The request of issue 18's first figure (7.3 s refined before the array engine and racing)."""
+"""The interactive request whose refined plan took 7.3 s before the array engine and racing."""
 REQUESTS = {"ResNet-50, 90 epochs, 12 h": CLI[:-1], "ResNet-50, 1 epoch, 2 h": SMALL}
 
 

@@ -34,21 +34,16 @@ def test_revocations_side_by_side_with_their_source(tmp_path):
     assert not re.search(r"\d\.?\d*e[-+]\d", text), "no scientific notation (1.2e-27) in the report"
 
 
-def test_terminal_table_states_the_deadline():
+def test_terminal_table_states_the_deadline(monkeypatch):
     from rich.console import Console
 
     from spottrain.cli import demo_cmd
 
     result = quick_demo_result()
     console = Console(record=True, width=200)
-    import rich.console
-
-    orig = rich.console.Console
-    rich.console.Console = lambda *a, **k: console  # the summary prints through a Console it creates
-    try:
-        demo_cmd._print_summary(result)
-    finally:
-        rich.console.Console = orig
+    # the summary prints through a Console it creates
+    monkeypatch.setattr(demo_cmd, "Console", lambda *a, **k: console)
+    demo_cmd._print_summary(result)
     text = console.export_text()
     assert "deadline 30m at 95.0 %" in text
     assert "P(deadline 30m)" in text and "analytical model" in text
