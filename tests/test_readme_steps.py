@@ -62,7 +62,7 @@ def small(argv: list[str]) -> list[str]:
             k = head.index("--runs")
             head = head[:k] + head[k + 2:]
     if head[0] == "run":
-        extra += SKYPILOT_SMALL if "skypilot" in head else RUN_LOCAL_SMALL
+        extra += ([a for a in SKYPILOT_SMALL if a not in head] if "skypilot" in head else RUN_LOCAL_SMALL)
     return head + extra + sep + tail
 
 

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from spottrain.errors import InputError
+from spottrain.units import plural
 
 # lazy: cli.main loads every command module at start-up, so what only this command needs (the
 # models, the simulator, the runtime, rich.progress) is imported inside its functions
@@ -132,7 +133,7 @@ def converge(
     fitted_n = model.worker_counts_
     far = [n for n in counts if n > 2 * fitted_n[-1] or n < fitted_n[0] / 2]
     if far and not as_json:
-        err.print(f"[yellow]warning:[/] extrapolating to {', '.join(map(str, far))} worker(s); the curves have "
+        err.print(f"[yellow]warning:[/] extrapolating to {', '.join(map(str, far))} {'worker' if len(far) == 1 and far[0] == 1 else 'workers'}; the curves have "
                   f"{', '.join(map(str, fitted_n))}", highlight=False)
     out = []
     for t in target_loss:
@@ -159,7 +160,7 @@ def converge(
     if as_json:
         print(json.dumps({"curves": str(curves), "form": form, **fitted, "predictions": out}, indent=1))
         return
-    where = ", ".join(f"{c.workers} worker(s), batch {c.batch_size:g}: {len(c.steps)} points" for c in data)
+    where = ", ".join(f"{plural(c.workers, 'worker')}, batch {c.batch_size:g}: {len(c.steps)} points" for c in data)
     bound_text = ", ".join(f"{s:,.0f}" for s in model.lr_boundaries_) or "none"
     t = Table(box=box.SIMPLE_HEAD, title=f"steps to target ({form} form, {sync}; LR drops at {bound_text}; "
                                          f"fit residual {model.residual_std_:.3g})",

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spottrain.errors import InputError
-from spottrain.units import parse_duration_s
+from spottrain.units import format_interval, parse_duration_s
 
 # lazy: cli.main loads every command module at start-up, so what only this command needs (the
 # models, the simulator, the runtime, rich.progress) is imported inside its functions
@@ -208,7 +208,7 @@ def run(
     if not as_json:
         err.print(f"job {job_id}: {n} workers" + (f" on {hosts} hosts" if hosts else "") + f", policy {policy_name}, "
                   "checkpoint " + (f"every {checkpoint_every} steps" if checkpoint_every
-                                   else f"every {interval_s:g}s ({interval_src})"), highlight=False)
+                                   else f"every {format_interval(interval_s)} ({interval_src})"), highlight=False)
     try:
         summary = _run_with_progress(job, quiet=as_json)
     finally:

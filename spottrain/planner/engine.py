@@ -29,6 +29,7 @@ from spottrain.planner.columns import (
     REGROUP_S, Columns, Job, build_columns, cluster_revocations, node_counts, throughput_curve, throughput_mix,
 )
 from spottrain.planner.formulation import Limits, Outcome, Picks, SolveStats, homogeneous_feasible, solve_mix, spot_mask
+from spottrain.units import format_usd, plural
 
 ONE_JOB = 1.0
 """The optimizer counts work in jobs, not samples: a column's rate ``E_j = 1 / E[T_j]`` (jobs per
@@ -95,16 +96,16 @@ def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job
         why.append("revocations arrive faster than the job can recover")
     nodes = sum(n for _, n in o.picks)
     if nodes > limits.max_nodes:
-        why.append(f"{nodes} nodes > max {limits.max_nodes}")
+        why.append(f"{plural(nodes, 'node')} > max {limits.max_nodes}")
     if limits.deadline_s is not None and (o.p_deadline or 0.0) < limits.confidence:
         why.append(f"P(finish by deadline) = {o.p_deadline or 0:.2f} < {limits.confidence:.2f}")
     od = sum(n for i, n in o.picks if not cands[i].spot)
     if od < limits.anchor_min_on_demand or od < limits.anchor_share * nodes - 1e-9:
         why.append("no on-demand anchor")
     if limits.budget_usd is not None and o.cost_usd > limits.budget_usd:
-        why.append(f"expected cost ${o.cost_usd:,.2f} > budget ${limits.budget_usd:,.2f}")
+        why.append(f"expected cost {format_usd(o.cost_usd)} > budget {format_usd(limits.budget_usd)}")
     if limits.hard_cap_usd is not None and o.cost_p95_usd > limits.hard_cap_usd:
-        why.append(f"p95 cost ${o.cost_p95_usd:,.2f} > cap ${limits.hard_cap_usd:,.2f}")
+        why.append(f"p95 cost {format_usd(o.cost_p95_usd)} > cap {format_usd(limits.hard_cap_usd)}")
     if limits.ps_capacity_bytes_per_s is not None and job.ps > 0:
         traffic = 2.0 * job.workload.gradient_bytes * o.thr / job.workload.batch_size
         if traffic > limits.ps_capacity_bytes_per_s:

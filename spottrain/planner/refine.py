@@ -63,6 +63,7 @@ from spottrain.planner.engine import Context, to_plan
 from spottrain.sim import sources
 from spottrain.sim.hindsight import plan_setups, run_setups
 from spottrain.sim.sources import matching_traces, pooled_source
+from spottrain.units import format_rate, format_usd, plural
 
 SWEEP_SPOT = (1.25, 1.5, 2.0, 3.0)
 """Multiples of the fastest failure-free size ``n0`` tried for spot node kinds (besides n0, n0+1, n0+2)."""
@@ -462,12 +463,12 @@ class _Race:
             hits = float(self._ok_hits(k).sum())
             if _wilson(hits, n, Z_DROP)[1] < self.conf:
                 what = "met the deadline" if self.deadline is not None else "finished"
-                self._out(k, f"{what} in {hits / n:.0%} of {n} runs")
+                self._out(k, f"{what} in {format_rate(hits / n, runs=n)}")
             elif self.budget is not None:
                 c = self.data(k)[0]
                 se = float(c.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
                 if c.mean() - Z_DROP * se > self.budget:
-                    self._out(k, f"mean cost ${c.mean():,.2f} over the budget after {n} runs")
+                    self._out(k, f"mean cost {format_usd(c.mean())} over the budget after {plural(n, 'run')}")
         leaders = [k for k in self.alive if self._eligible_now(k)]
         if not leaders:
             return
@@ -479,7 +480,7 @@ class _Race:
             md, se = self._paired(self._metric(k), x0)
             if md > 0 and md - Z_DROP * se > 0:
                 what = "costlier" if self.deadline is not None else "slower"
-                unit = f"${md:,.2f}" if self.deadline is not None else f"{md / 3600:.2f} h"
+                unit = format_usd(md) if self.deadline is not None else f"{md / 3600:.2f} h"
                 self._out(k, f"{what} than the leader by {unit} (paired, {md / max(se, 1e-12):.1f} standard errors) "
                              f"after {n} runs")
 

@@ -33,6 +33,7 @@ from spottrain.catalog import gpu_label
 from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, vm_startup_s
 from spottrain.errors import InputError
 from spottrain.transience import lifetime_model, list_traces, load_trace, replacement_delay
+from spottrain.units import plural
 
 INF = math.inf
 
@@ -334,8 +335,8 @@ class TracePool:
         self.members, self.names = list(members), list(names)
         self.p = w / w.sum()
         self.mean_up_fraction = float(sum(pi * getattr(m, "mean_up_fraction", 1.0) for pi, m in zip(self.p, members)))
-        self.description = (f"{len(names)} pooled traces ({', '.join(names)})" if len(names) <= 3
-                            else f"{len(names)} pooled traces ({', '.join(names[:3])}, ...)")
+        self.description = (f"{plural(len(names), 'pooled trace')} ({', '.join(names)})" if len(names) <= 3
+                            else f"{plural(len(names), 'pooled trace')} ({', '.join(names[:3])}, ...)")
         self.name = self.description
 
     def for_run(self, rng: np.random.Generator) -> Any:
