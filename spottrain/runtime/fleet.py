@@ -208,6 +208,9 @@ class FleetController:
 
     def state(self, event: str, subject: str | None) -> JobState:
         live = [n for n in (self.nodes[m] for m in self.members) if not n.released and not n.gone]
+        # Members already asked to leave (their release waits for a peer to take the state) are
+        # not the policy's to count: it decided about them, and a second look would decide again.
+        leaving = set(self.held_release) | set(self.held_after[1] if self.held_after else ())
         rate = self.step_rate()
         gpus = sum(n.group.gpus_per_node for n in live) or 1
         per_gpu = (rate or 0.0) / gpus
@@ -221,7 +224,8 @@ class FleetController:
         pending = [n for n in self.nodes.values() if not n.ready and not n.gone]
         # Before a step rate is measured, slack cannot be computed: the policy decides without the deadline.
         deadline = self.job.deadline_s if rate and self.job.steps else None
-        return JobState(now_s=self.now(), event=event, subject=subject, nodes=tuple(self._view(n, per_gpu) for n in live),
+        return JobState(now_s=self.now(), event=event, subject=subject,
+                        nodes=tuple(self._view(n, per_gpu) for n in live if n.node_id not in leaving),
                         planned=planned, pending=len(pending), samples_done=float(self.progress()),
                         samples_total=float(self.job.steps or 0), deadline_s=deadline,
                         restart_overhead_s=self.job.restart_overhead_s, options=tuple(options),
