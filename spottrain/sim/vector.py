@@ -123,6 +123,19 @@ def _arrays(tr: CapacityTrace) -> _TraceArrays:
     return got
 
 
+def _next_up(tr: _TraceArrays, row: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Index of the next event at which the slot's level is up, from event ``i`` on."""
+    return tr.up[row, i]
+
+
+def _next_down(tr: _TraceArrays, row: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Index of the next event at which the slot's level goes down after event ``i`` (a slot
+    already down at ``i``, granted at a boundary, waits for the next one)."""
+    k = tr.down[row, i]
+    nxt = np.where(i + 1 < tr.n, tr.down[row, np.minimum(i + 1, tr.n - 1)], tr.n)
+    return np.where(k == i, nxt, k)
+
+
 @dataclass(kw_only=True)
 class VectorRuns:
     """Outcomes of a batch of runs (one entry per run, in seed order)."""
@@ -228,23 +241,13 @@ class _Batch:
 
     # ------------------------------------------------------------ sources
     def _acquire(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """When slots ``j`` of runs ``r``, requested at ``t``, are granted (inf: never)."""
         if self.kind != "trace":
             return t.copy()
-        out = np.full(len(r), INF)
-        r = self.st["idx"][r]  # the run's original position (the batch shrinks as runs end)
-        for m, tr in enumerate(self.traces):
-            sel = np.nonzero(self.member[r] == m)[0] if len(self.traces) > 1 else np.arange(len(r))
-            if sel.size == 0:
-                continue
-            off = self.offset[r[sel]]
-            tt = t[sel]
-            i = np.maximum(np.searchsorted(tr.times, tt + off, side="right") - 1, 0)
-            k = tr.up[tr.slot_row[np.minimum(j[sel], tr.nodes - 1)], i]
-            ok = k < tr.n
-            out[sel] = np.where(ok, np.maximum(tt, tr.times[np.minimum(k, tr.n - 1)] - off), INF)
-        return out
+        return self._trace_event(r, j, t, _next_up)
 
     def _revoke(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """When slots ``j`` of runs ``r``, granted at ``t``, are revoked (inf: never)."""
         if self.kind == "none":
             return np.full(len(r), INF)
         if self.kind == "model":
@@ -252,6 +255,12 @@ class _Batch:
             if self.life.cap_s is not None:
                 life = np.minimum(life, self.life.cap_s)
             return t + life
+        return self._trace_event(r, j, t, _next_down)
+
+    def _trace_event(self, r: np.ndarray, j: np.ndarray, t: np.ndarray, index: Any) -> np.ndarray:
+        """The time of the next event of slots ``j`` of runs ``r`` after ``t`` in each run's trace
+        (at its offset): ``index(trace, level row, event index at t)`` gives the event's index in
+        the trace (``trace.n``: none); no earlier than ``t``, inf when there is none."""
         out = np.full(len(r), INF)
         r = self.st["idx"][r]  # the run's original position (the batch shrinks as runs end)
         for m, tr in enumerate(self.traces):
@@ -261,10 +270,7 @@ class _Batch:
             off = self.offset[r[sel]]
             tt = t[sel]
             i = np.maximum(np.searchsorted(tr.times, tt + off, side="right") - 1, 0)
-            row = tr.slot_row[np.minimum(j[sel], tr.nodes - 1)]
-            k = tr.down[row, i]
-            nxt = np.where(i + 1 < tr.n, tr.down[row, np.minimum(i + 1, tr.n - 1)], tr.n)
-            k = np.where(k == i, nxt, k)  # already down at t (granted at a boundary): the next one
+            k = index(tr, tr.slot_row[np.minimum(j[sel], tr.nodes - 1)], i)
             ok = k < tr.n
             out[sel] = np.where(ok, np.maximum(tt, tr.times[np.minimum(k, tr.n - 1)] - off), INF)
         return out
