@@ -115,3 +115,21 @@ def test_simulate_says_which_engine_ran_each_policy():
     assert res.summaries[0].cost_usd.mean == pytest.approx(ref.summaries[0].cost_usd.mean, rel=1e-6)
     with pytest.raises(InputError, match="does not cover"):
         simulate(plan, trace=SKY, policies=["deadline-return"], runs=5, engine="vector")
+
+
+@pytest.mark.parametrize("policy", ["deadline-margin", "replace-same", "checkpoint-restart"])
+def test_whole_checkpoint_cycles_applied_at_once_give_the_steps_state(policy, monkeypatch):
+    # the engine applies uneventful checkpoint cycles in one go; stepping through each of them
+    # must give bit for bit the same runs (same clock, progress and cost arithmetic)
+    import spottrain.sim.vector as vector
+
+    plan = make_plan(nodes=8, hours=12, deadline_h=16, policy=policy, zone="us-west-2a")
+    setup = make_setup(plan, policy, make_source(plan, trace=SKY, model=False))
+    seeds = [run_seed(5, i) for i in range(80)]
+    fast = run_vector(setup, seeds)
+    monkeypatch.setattr(vector._Batch, "_whole_cycles", lambda *a, **k: None)
+    slow = run_vector(setup, seeds)
+    for f in ("makespan_s", "cost_usd", "finished", "revocations", "checkpoints", "stall_s", "lost_work_s",
+              "replacements", "switched_on_demand", "started_s"):
+        assert np.array_equal(getattr(fast, f), getattr(slow, f)), f
+    assert fast.checkpoints.sum() > 5 * len(seeds)  # cycles were there to skip

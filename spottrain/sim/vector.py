@@ -72,6 +72,8 @@ POLICIES: dict[str, _Rule] = {
 """Policies the array engine runs, by what they do (the same decisions as :mod:`spottrain.policies`)."""
 
 FREE, WAIT, BOOT, READY, LIVE = 0, 1, 2, 3, 4
+CYCLE_CELLS = 1 << 21
+"""Most (run, step) cells :meth:`_Batch._whole_cycles` holds at once (16 MiB per array)."""
 
 
 def unsupported(setup: SimSetup) -> str | None:
@@ -354,6 +356,8 @@ class _Batch:
 
     def _step(self, total: float, interval: float, ckpt_cost: float, restart: float, horizon: float) -> None:
         st, rule = self.st, self.rule
+        if interval > 0 and st["now"].size:
+            self._whole_cycles(total, interval, ckpt_cost, horizon)
         now = st["now"]
         rate = self.rates[st["live"]] + np.where(st["od_st"] == 2, self.rates[self.N], 0.0)
         stalled = st["stall_until"] > now + 1e-9
@@ -448,6 +452,55 @@ class _Batch:
             self._touch(rows)
 
     # ------------------------------------------------------------ pieces
+    def _whole_cycles(self, total: float, interval: float, ckpt_cost: float, horizon: float) -> None:
+        """Advance runs at the start of a checkpoint cycle (training, nothing pending, ``since``
+        0) over the whole cycles (``interval`` of training, then a checkpoint of ``ckpt_cost``)
+        that end before anything else can happen to them: their next node event, on-demand boot,
+        the horizon, the end of the work, and (deadline policies) the first instant their slack
+        could be gone (it falls by at most 1 s per second). Such a cycle is two steps that only
+        move the clock, progress, cost and the checkpoint counters; here all of them are summed
+        at once, with the steps' additions in the steps' order, so the state is bit for bit the
+        one the steps would give (tests/test_sim_vector.py checks it)."""
+        st = self.st
+        now = st["now"]
+        rate = self.rates[st["live"]] + np.where(st["od_st"] == 2, self.rates[self.N], 0.0)
+        at_start = ((st["since"] == 0.0) & np.isnan(st["pend"]) & (st["stall_until"] <= now + 1e-9)
+                    & (rate > 0) & ~st["dead"])
+        if not at_start.any():
+            return
+        r = np.nonzero(at_start)[0]
+        cycle = interval + ckpt_cost
+        t0 = now[r]
+        room = np.minimum(np.minimum(st["t_nodes"][r], st["od_boot"][r]), horizon) - t0
+        # cycles to spare before each bound, so that nothing of the skipped span ties with them
+        m = np.floor(room / cycle) - 1.0
+        m = np.minimum(m, np.floor((total - st["progress"][r]) / (rate[r] * interval)) - 1.0)
+        if self.deadline_policy:
+            slack = self.slack_base - t0 - np.maximum(total - st["progress"][r], 0.0) / self.od_rate
+            m = np.where(st["switched"][r], m, np.minimum(m, np.floor(slack / cycle) - 2.0))
+        ok = m >= 2
+        if not ok.any():
+            return
+        r = r[ok]
+        m = np.minimum(m[ok], max(2, CYCLE_CELLS // (2 * r.size))).astype(np.int64)  # memory; the rest later
+        # the steps' sums, in the steps' order: the clock adds the interval, then the checkpoint
+        # cost; progress, cost and stall time add rate x dt of each step. np.cumsum adds one term
+        # after the other, as the steps do (zeros past a run's last cycle add nothing).
+        width = 2 * int(m.max())
+        live = (np.arange(width)[None, :] // 2) < m[:, None]
+        inc = np.where(np.arange(width) % 2 == 0, interval, ckpt_cost)[None, :] * live
+        clock = np.cumsum(np.concatenate([now[r][:, None], inc], axis=1), axis=1)
+        dt = np.diff(clock, axis=1)
+        prog = np.cumsum(np.concatenate([st["progress"][r][:, None], rate[r][:, None] * dt[:, 0::2]], axis=1), axis=1)
+        cost = np.cumsum(np.concatenate([st["cost"][r][:, None], st["crate"][r][:, None] * dt], axis=1), axis=1)
+        stall = np.cumsum(np.concatenate([st["stall_s"][r][:, None], dt[:, 1::2]], axis=1), axis=1)
+        now[r] = clock[:, -1]
+        st["stall_until"][r] = np.maximum(st["stall_until"][r], clock[:, -1])
+        st["progress"][r] = st["durable"][r] = prog[:, -1]
+        st["cost"][r] = cost[:, -1]
+        st["stall_s"][r] = stall[:, -1]
+        st["ckpts"][r] += m
+
     def _switch_tick(self, now, rate, training, st) -> np.ndarray:
         tick = self.tick_s
         s0 = self.slack_base - now - np.maximum(self.s.total - st["progress"], 0.0) / self.od_rate
