@@ -7,6 +7,7 @@ import json
 import sys
 import time
 import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -99,134 +100,228 @@ def run(
 
       spottrain run --plan plan.json --backend skypilot --skypilot-mode managed-torchrun --bucket s3://my-ckpts -o task.yaml -- python train.py
     """
+    flags = {name: value for name, value in locals().items() if name != "ctx"}  # before any other name is bound
     from spottrain.plan_file import Plan
 
+    request = _read_request(list(ctx.args), flags)
+    plan = Plan.load(request.plan_file) if request.plan_file else None
+    policy = _policy_name(request.policy, plan)
+    if request.backend == "local":
+        _check_job_checkpoints(request)
+    job_id = request.job_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    interval_s, interval_src = _interval(request.checkpoint_interval, plan)
+    settings = _job_settings(request, job_id, interval_s)
+    command, steps, builtin = _what_to_run(request)
+    if request.backend == "skypilot":
+        _skypilot(request, plan, command, job_id, settings, policy=policy, steps=steps)
+        return
+    job = _local_job(request, plan, command, job_id, settings, policy=policy, steps=steps, builtin=builtin)
+    checkpoints = (f"every {request.checkpoint_every} steps" if request.checkpoint_every
+                   else f"every {format_interval(interval_s)} ({interval_src})")
+    summary = _launch_local(job, request, checkpoints=checkpoints)
+    _report_local(summary, request, plan, job)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Request:
+    """What `spottrain run` was asked: the command after ``--`` and every flag as given (the flags'
+    help is on :func:`run`)."""
+
+    command: list[str]
+    backend: str
+    plan_file: Path | None
+    workers: int | None
+    example: str | None
+    steps: int | None
+    global_batch: int | None
+    rescale: str
+    inject: str | None
+    inject_trace: Path | None
+    policy: str | None
+    replacement_delay: str
+    checkpoint_dir: Path | None
+    checkpoint_interval: str | None
+    checkpoint_every: int | None
+    keep: int
+    job_id: str | None
+    run_dir: Path | None
+    seed: int
+    timeout: str
+    liveness_timeout: str
+    tick: str
+    deadline: str | None
+    hosts: int
+    store: Path | None
+    no_record: bool
+    output: Path | None
+    bucket: str | None
+    launch: bool
+    force: bool
+    skypilot_mode: str
+    dry_run: bool
+    controller: str | None
+    controller_port: int | None
+    workdir: Path | None
+    spottrain_wheel: Path | None
+    spottrain_source: str | None
+    as_json: bool
+
+
+def _read_request(command: list[str], flags: dict[str, Any]) -> _Request:
+    """The request with every flag checked before anything is read or started; the first wrong one
+    is named (exit 2)."""
     from spottrain.cli import options
 
-    command = list(ctx.args)
-    backend = options.choice(backend, "--backend", ("local", "skypilot"), kind="backend")
-    options.processes(workers, "--workers")
-    options.count(steps, "--steps", high=10**9)
-    options.count(global_batch, "--global-batch", high=options.MAX_BATCH * options.MAX_NODES)
-    if global_batch is not None and workers is not None and global_batch < workers:
-        raise InputError(f"a global batch of {global_batch} cannot give each of {workers} workers a sample per step",
-                         column="--global-batch")
-    options.count(keep, "--keep", high=1000)
-    options.count(checkpoint_every, "--checkpoint-every", high=10**9)
-    options.count(seed, "--seed", low=0, high=options.MAX_SEED)
-    options.count(hosts, "--hosts", low=0, high=options.max_processes())
-    options.count(controller_port, "--controller-port", high=65535)
-    options.exclusive({"--checkpoint-interval": checkpoint_interval, "--checkpoint-every": checkpoint_every})
-    for flag, text in (("--checkpoint-interval", checkpoint_interval), ("--timeout", timeout),
-                       ("--liveness-timeout", liveness_timeout), ("--tick", tick), ("--deadline", deadline)):
+    r = _Request(command=command, **flags)
+    backend = options.choice(r.backend, "--backend", ("local", "skypilot"), kind="backend")
+    options.processes(r.workers, "--workers")
+    options.count(r.steps, "--steps", high=10**9)
+    options.count(r.global_batch, "--global-batch", high=options.MAX_BATCH * options.MAX_NODES)
+    if r.global_batch is not None and r.workers is not None and r.global_batch < r.workers:
+        raise InputError(f"a global batch of {r.global_batch} cannot give each of {r.workers} workers a sample per "
+                         "step", column="--global-batch")
+    options.count(r.keep, "--keep", high=1000)
+    options.count(r.checkpoint_every, "--checkpoint-every", high=10**9)
+    options.count(r.seed, "--seed", low=0, high=options.MAX_SEED)
+    options.count(r.hosts, "--hosts", low=0, high=options.max_processes())
+    options.count(r.controller_port, "--controller-port", high=65535)
+    options.exclusive({"--checkpoint-interval": r.checkpoint_interval, "--checkpoint-every": r.checkpoint_every})
+    for flag, text in (("--checkpoint-interval", r.checkpoint_interval), ("--timeout", r.timeout),
+                       ("--liveness-timeout", r.liveness_timeout), ("--tick", r.tick), ("--deadline", r.deadline)):
         options.duration(text, flag)
-    options.duration(replacement_delay, "--replacement-delay", allow_zero=True)
-    options.name(example, "--example")
-    options.name(policy, "--policy")
-    options.name(job_id, "--job-id")
-    options.input_file(plan_file, "--plan")
-    options.input_file(inject_trace, "--inject-trace")
-    if example and command:
+    options.duration(r.replacement_delay, "--replacement-delay", allow_zero=True)
+    options.name(r.example, "--example")
+    options.name(r.policy, "--policy")
+    options.name(r.job_id, "--job-id")
+    options.input_file(r.plan_file, "--plan")
+    options.input_file(r.inject_trace, "--inject-trace")
+    if r.example and r.command:
         raise InputError("give either --example NAME or -- COMMAND, not both", column="--example")
-    if not example and not command:
-        raise InputError("nothing to run: pass --example cifar-resnet (or mlp), or -- python train.py", column="--example")
-    if rescale not in ("accumulate", "scale-lr"):
-        raise InputError(f"expected accumulate or scale-lr, got {rescale!r}", column="--rescale")
-    plan = Plan.load(plan_file) if plan_file else None
-    policy_name = policy or (plan.policy if plan else "replace-same")
+    if not r.example and not r.command:
+        raise InputError("nothing to run: pass --example cifar-resnet (or mlp), or -- python train.py",
+                         column="--example")
+    if r.rescale not in ("accumulate", "scale-lr"):
+        raise InputError(f"expected accumulate or scale-lr, got {r.rescale!r}", column="--rescale")
+    return replace(r, backend=backend)
+
+
+def _policy_name(policy: str | None, plan: Any) -> str:
+    """--policy, else the plan's, else replace-same; an unknown name fails here with a near-miss
+    suggestion."""
     from spottrain.policies import get_policy
 
-    get_policy(policy_name)  # unknown names fail here with a near-miss suggestion
-    if backend == "local":
-        ck_dir = checkpoint_dir or (run_dir or Path("spottrain-runs") / (job_id or "-")) / "checkpoints"
-        note = options.job_checkpoints(job_id, ck_dir)
-        if note:
-            Console(stderr=True).print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
-    if job_id is None:
-        job_id = time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-    interval_s, interval_src = _interval(checkpoint_interval, plan)
-    settings: dict[str, str] = {"SPOTTRAIN_JOB_ID": job_id, "SPOTTRAIN_SEED": str(seed), "SPOTTRAIN_RESCALE": rescale,
-                                "SPOTTRAIN_KEEP_CHECKPOINTS": str(keep)}
-    if steps is not None:
-        settings["SPOTTRAIN_STEPS"] = str(steps)
-    if global_batch is not None:
-        settings["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = str(global_batch)
-    if checkpoint_every is not None:
-        settings["SPOTTRAIN_CHECKPOINT_EVERY_STEPS"] = str(checkpoint_every)
+    name = policy or (plan.policy if plan else "replace-same")
+    get_policy(name)
+    return name
+
+
+def _run_dir(request: _Request, job_id: str) -> Path:
+    return request.run_dir or Path("spottrain-runs") / job_id
+
+
+def _checkpoint_dir(request: _Request, job_id: str) -> Path:
+    return request.checkpoint_dir or _run_dir(request, job_id) / "checkpoints"
+
+
+def _check_job_checkpoints(request: _Request) -> None:
+    """Before any worker starts: refuse checkpoints of another job, warn when none is readable."""
+    from spottrain.cli import options
+
+    note = options.job_checkpoints(request.job_id, _checkpoint_dir(request, request.job_id or "-"))
+    if note:
+        err.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
+
+
+def _job_settings(request: _Request, job_id: str, interval_s: float | None) -> dict[str, str]:
+    """The SPOTTRAIN_* environment from which every worker reads its configuration."""
+    settings = {"SPOTTRAIN_JOB_ID": job_id, "SPOTTRAIN_SEED": str(request.seed), "SPOTTRAIN_RESCALE": request.rescale,
+                "SPOTTRAIN_KEEP_CHECKPOINTS": str(request.keep)}
+    if request.steps is not None:
+        settings["SPOTTRAIN_STEPS"] = str(request.steps)
+    if request.global_batch is not None:
+        settings["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = str(request.global_batch)
+    if request.checkpoint_every is not None:
+        settings["SPOTTRAIN_CHECKPOINT_EVERY_STEPS"] = str(request.checkpoint_every)
     elif interval_s:
         settings["SPOTTRAIN_CHECKPOINT_INTERVAL_S"] = f"{interval_s:g}"
-    if example:
-        from spottrain.runtime.examples import get_example
+    return settings
 
-        ex = get_example(example)
-        command = [sys.executable, "-m", "spottrain.runtime.examples", ex.name]
-        steps = steps or ex.steps
 
-    if backend == "skypilot":
-        _skypilot(plan, command, job_id, bucket, settings, output, launch, force, as_json, example is not None,
-                  mode=skypilot_mode, dry_run=dry_run, controller=controller, controller_port=controller_port,
-                  workdir=workdir, wheel=spottrain_wheel, source=spottrain_source, policy=policy_name, steps=steps)
-        return
-    if backend != "local":
-        raise InputError(f"unknown backend {backend!r} (expected local or skypilot)", column="--backend")
+def _what_to_run(request: _Request) -> tuple[list[str], int | None, Any]:
+    """A worker's command, the steps to train and the built-in example (None for a user's command)."""
+    if not request.example:
+        return request.command, request.steps, None
+    from spottrain.runtime.examples import get_example
 
+    ex = get_example(request.example)
+    return [sys.executable, "-m", "spottrain.runtime.examples", ex.name], request.steps or ex.steps, ex
+
+
+def _local_job(request: _Request, plan: Any, command: list[str], job_id: str, settings: dict[str, str], *,
+               policy: str, steps: int | None, builtin: Any) -> Any:
+    """The local job: its workers, the faults to inject, its directories and the plan's nodes and prices."""
     from spottrain.runtime.faults import load_injection_trace, parse_injections
-    from spottrain.runtime.local import LocalJob, run_local
+    from spottrain.runtime.local import LocalJob
 
-    n = workers or (plan.nodes if plan else 4)
-    if n < 1:
-        raise InputError("must be >= 1", column="--workers")
-    injections = parse_injections(inject, workers=n) if inject else []
-    if inject_trace:
-        injections += load_injection_trace(inject_trace, workers=n)
-    run_dir = run_dir or Path("spottrain-runs") / job_id
-    ckdir = checkpoint_dir or run_dir / "checkpoints"
-    settings["SPOTTRAIN_CHECKPOINT_DIR"] = str(ckdir.resolve())
+    n = request.workers or (plan.nodes if plan else 4)
+    injections = parse_injections(request.inject, workers=n) if request.inject else []
+    if request.inject_trace:
+        injections += load_injection_trace(request.inject_trace, workers=n)
+    ckdir = _checkpoint_dir(request, job_id).resolve()
+    env = {**settings, "SPOTTRAIN_CHECKPOINT_DIR": str(ckdir)}
     if plan is not None:
-        settings["SPOTTRAIN_PLANNED_WORLD_SIZE"] = str(plan.nodes)
-    price = plan.price_usd_per_hour / max(plan.nodes, 1) if plan else 0.0
-    delay_s = parse_duration_s(replacement_delay, option="--replacement-delay")
-    batch = global_batch or (ex.global_batch_size if example else (plan.workload.batch_size if plan else 1))
-    market = _local_market(plan, n, delay_s)
-    if hosts < 0:
-        raise InputError("must be >= 0", column="--hosts")
-    job = LocalJob(command=command, workers=n, run_dir=run_dir.resolve(), job_id=job_id, env=settings,
-                   injections=injections, policy=policy_name, replacement_delay_s=delay_s,
-                   steps=steps, checkpoint_dir=ckdir.resolve(), timeout_s=parse_duration_s(timeout, option="--timeout"),
-                   instance_type=plan.groups[0].instance_type if plan else "local", price_usd_per_hour=price,
-                   samples_per_step=int(batch),
-                   deadline_s=(parse_duration_s(deadline, option="--deadline") if deadline
-                               else (plan.deadline_s if plan else None)),
-                   tick_s=parse_duration_s(tick, option="--tick"),
-                   liveness_timeout_s=parse_duration_s(liveness_timeout, option="--liveness-timeout"), **market)
+        env["SPOTTRAIN_PLANNED_WORLD_SIZE"] = str(plan.nodes)
+    delay_s = parse_duration_s(request.replacement_delay, option="--replacement-delay")
+    batch = request.global_batch or (builtin.global_batch_size if builtin else
+                                     (plan.workload.batch_size if plan else 1))
+    deadline_s = (parse_duration_s(request.deadline, option="--deadline") if request.deadline
+                  else (plan.deadline_s if plan else None))
+    return LocalJob(command=command, workers=n, run_dir=_run_dir(request, job_id).resolve(), job_id=job_id, env=env,
+                    injections=injections, policy=policy, replacement_delay_s=delay_s, steps=steps,
+                    checkpoint_dir=ckdir, timeout_s=parse_duration_s(request.timeout, option="--timeout"),
+                    instance_type=plan.groups[0].instance_type if plan else "local",
+                    price_usd_per_hour=plan.price_usd_per_hour / max(plan.nodes, 1) if plan else 0.0,
+                    samples_per_step=int(batch), deadline_s=deadline_s,
+                    tick_s=parse_duration_s(request.tick, option="--tick"),
+                    liveness_timeout_s=parse_duration_s(request.liveness_timeout, option="--liveness-timeout"),
+                    **_local_market(plan, n, delay_s))
+
+
+def _launch_local(job: Any, request: _Request, *, checkpoints: str) -> Any:
+    """Start the workers (each on its own network-namespace host with --hosts) and train to the end;
+    the run's summary."""
     from spottrain.runtime.faults import needs_hosts
 
-    if needs_hosts(injections) and not hosts:
-        raise InputError(f"fault kinds {', '.join(needs_hosts(injections))} need --hosts N (network namespaces)",
+    if needs_hosts(job.injections) and not request.hosts:
+        raise InputError(f"fault kinds {', '.join(needs_hosts(job.injections))} need --hosts N (network namespaces)",
                          column="--inject")
-    network = _make_hosts(hosts, job) if hosts else None
-    if not as_json:
-        err.print(f"job {job_id}: {n} workers" + (f" on {hosts} hosts" if hosts else "") + f", policy {policy_name}, "
-                  "checkpoint " + (f"every {checkpoint_every} steps" if checkpoint_every
-                                   else f"every {format_interval(interval_s)} ({interval_src})"), highlight=False)
+    network = _make_hosts(request.hosts, job) if request.hosts else None
+    if not request.as_json:
+        err.print(f"job {job.job_id}: {job.workers} workers" + (f" on {request.hosts} hosts" if request.hosts else "")
+                  + f", policy {job.policy}, checkpoint {checkpoints}", highlight=False)
     try:
-        summary = _run_with_progress(job, quiet=as_json)
+        return _run_with_progress(job, quiet=request.as_json)
     finally:
         if network is not None:
             network.close()
-    if not no_record:
+
+
+def _report_local(summary: Any, request: _Request, plan: Any, job: Any) -> None:
+    """Store the run record, print the summary (a table, or JSON with --json) and exit 1 on a failure."""
+    if not request.no_record:
         from spottrain.runtime.record import local_setup, record_run
 
-        record_run(summary, _EVENTS, store_path=str(store) if store else None,
+        record_run(summary, _EVENTS, store_path=str(request.store) if request.store else None,
                    plan=plan.to_dict() if plan else None, backend="local",
-                   setup=local_setup(job, example=example, plan=plan))
-    if as_json:
+                   setup=local_setup(job, example=request.example, plan=plan))
+    if request.as_json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         _render(summary)
     if not summary.ok:
-        if not as_json:
-            err.print(f"resume: run the same command with --job-id {job_id} (checkpoints in {ckdir})", highlight=False)
+        if not request.as_json:
+            err.print(f"resume: run the same command with --job-id {job.job_id} (checkpoints in "
+                      f"{_checkpoint_dir(request, job.job_id)})", highlight=False)
         raise typer.Exit(1)
 
 
@@ -309,112 +404,107 @@ def _render(s: Any) -> None:
     console.print(f"logs: {s.run_dir}", style="dim", highlight=False)
 
 
-def _skypilot(plan: Any, command: list[str], job_id: str, bucket: str | None, settings: dict[str, str],
-              output: Path | None, launch: bool, force: bool, as_json: bool, is_example: bool, *, mode: str,
-              dry_run: bool, controller: str | None, controller_port: int | None, workdir: Path | None,
-              wheel: Path | None, source: str | None, policy: str, steps: int | None) -> None:
+def _skypilot(request: _Request, plan: Any, command: list[str], job_id: str, settings: dict[str, str], *,
+              policy: str, steps: int | None) -> None:
+    """Hand the job to SkyPilot: the nodes of one elastic job run from here, or one managed torchrun
+    job (--skypilot-mode)."""
     from spottrain.runtime import skypilot as sk
     from spottrain.runtime.cloud import check_launchable, groups_from_plan
 
+    wheel, source = request.spottrain_wheel, request.spottrain_source
     if plan is None:
         raise InputError("the skypilot backend needs --plan (resources come from the plan)", column="--plan")
-    if mode not in ("elastic", "managed-torchrun"):
-        raise InputError(f"expected elastic or managed-torchrun, got {mode!r}", column="--skypilot-mode")
+    if request.skypilot_mode not in ("elastic", "managed-torchrun"):
+        raise InputError(f"expected elastic or managed-torchrun, got {request.skypilot_mode!r}",
+                         column="--skypilot-mode")
     if wheel is not None and source is not None:
         raise InputError("give either --spottrain-wheel or --spottrain-source, not both", column="--spottrain-wheel")
     if wheel is not None and not (wheel.is_file() and wheel.name.endswith(".whl")):
         raise InputError("not a wheel file (*.whl)", file=str(wheel))
     install = sk.SpottrainInstall(wheel=str(wheel.resolve()) if wheel else None, source=source)
-    if is_example:
-        command = ["python", "-m", "spottrain.runtime.examples", command[-1]]
-        code_dir = None
+    if request.example is not None:
+        command, workdir = ["python", "-m", "spottrain.runtime.examples", command[-1]], None
     else:
-        code_dir = (workdir or Path.cwd()).resolve()
+        code_dir = (request.workdir or Path.cwd()).resolve()
         if not code_dir.is_dir():
             raise InputError("not a directory", column="--workdir")
+        workdir = str(code_dir)
     from platformdirs import user_cache_dir
 
     dist_dir = str(Path(user_cache_dir("spottrain")) / "wheels" / job_id)  # outside the uploaded workdir
     check_launchable(groups_from_plan(plan))  # before any file is written or node started
-    if mode == "elastic":
-        _skypilot_elastic(plan, command, job_id, bucket, settings, as_json, dry_run=dry_run, controller=controller,
-                          controller_port=controller_port, workdir=str(code_dir) if code_dir else None,
-                          install=install, dist_dir=dist_dir, policy=policy, steps=steps, output=output,
-                          launch=launch)
-        return
-    if dry_run or controller or controller_port:
+    if request.skypilot_mode == "elastic":
+        _skypilot_elastic(request, plan, command, job_id, settings, workdir=workdir, install=install,
+                          dist_dir=dist_dir, policy=policy, steps=steps)
+    else:
+        _skypilot_managed(request, plan, command, job_id, settings, workdir=workdir, install=install,
+                          dist_dir=dist_dir, policy=policy)
+
+
+def _skypilot_managed(request: _Request, plan: Any, command: list[str], job_id: str, settings: dict[str, str], *,
+                      workdir: str | None, install: Any, dist_dir: str, policy: str) -> None:
+    """Write the managed-job task YAML (torchrun, whole-cluster restarts) and launch it with --launch."""
+    from spottrain.runtime import skypilot as sk
+
+    if request.dry_run or request.controller or request.controller_port:
         raise InputError("--dry-run and --controller apply to --skypilot-mode elastic; managed-torchrun writes "
                          "the task YAML (and launches it with --launch)", column="--skypilot-mode")
-    task = sk.task_from_plan(plan, name=job_id, command=command, bucket=bucket, env=settings,
-                             workdir=str(code_dir) if code_dir else None, install=install, dist_dir=dist_dir)
-    path = output or Path(f"{job_id}.sky.yaml")
-    if path.exists() and not force:
+    task = sk.task_from_plan(plan, name=job_id, command=command, bucket=request.bucket, env=settings,
+                             workdir=workdir, install=install, dist_dir=dist_dir)
+    path = request.output or Path(f"{job_id}.sky.yaml")
+    if path.exists() and not request.force:
         raise InputError("file exists; pass --force to overwrite it", file=str(path))
     if not install.wheel and not install.source:
         sk.build_wheel(dist_dir)  # the YAML uploads it: it must exist when the task is launched
-    path = sk.write_task(task, path, overwrite=force)
+    path = sk.write_task(task, path, overwrite=request.force)
     how = " ".join(sk.launch_command(path, job_id))
-    if as_json:
-        print(json.dumps({"task_yaml": str(path), "launch": how, "launched": launch,
-                          "assumes": sk.assumptions(install, workdir=str(code_dir) if code_dir else None,
-                                                    dist_dir=dist_dir)}))
+    assumes = sk.assumptions(install, workdir=workdir, dist_dir=dist_dir)
+    if request.as_json:
+        print(json.dumps({"task_yaml": str(path), "launch": how, "launched": request.launch, "assumes": assumes}))
     else:
         err.print(f"wrote {path}", highlight=False)
-        err.print("assumes: " + sk.assumptions(install, workdir=str(code_dir) if code_dir else None,
-                                               dist_dir=dist_dir), highlight=False)
-        if not bucket:
+        err.print("assumes: " + assumes, highlight=False)
+        if not request.bucket:
             err.print("note: no --bucket: checkpoints stay on the nodes and do not survive a cluster recovery",
                       highlight=False)
-    if not as_json:
         err.print(f"note: managed-torchrun: SkyPilot's managed-job recovery restarts the whole cluster after a "
                   f"preemption; the policy ({policy}) is not used", highlight=False)
-    if launch:
+    if request.launch:
         code = sk.launch(path, job_id)
         if code != 0:
             raise typer.Exit(code)
-    elif not as_json:
+    elif not request.as_json:
         err.print(f"launch it with: {how}", highlight=False)
 
 
-def _skypilot_elastic(plan: Any, command: list[str], job_id: str, bucket: str | None, settings: dict[str, str],
-                      as_json: bool, *, dry_run: bool, controller: str | None, controller_port: int | None,
-                      workdir: str | None, install: Any, dist_dir: str, policy: str, steps: int | None,
-                      output: Path | None, launch: bool) -> None:
+def _skypilot_elastic(request: _Request, plan: Any, command: list[str], job_id: str, settings: dict[str, str], *,
+                      workdir: str | None, install: Any, dist_dir: str, policy: str, steps: int | None) -> None:
+    """Launch each planned node as a one-node SkyPilot cluster joined to one elastic job whose
+    controller runs here (--dry-run: print the calls and task YAMLs instead)."""
     from spottrain.runtime import sky_job
-
-    if output is not None or launch:
-        raise InputError("--output and --launch apply to --skypilot-mode managed-torchrun; the elastic mode "
-                         "launches from here (see its tasks with --dry-run)", column="--output" if output else "--launch")
     from spottrain.sim.plan_transforms import PLAN_TRANSFORMS
 
+    if request.output is not None or request.launch:
+        raise InputError("--output and --launch apply to --skypilot-mode managed-torchrun; the elastic mode "
+                         "launches from here (see its tasks with --dry-run)",
+                         column="--output" if request.output else "--launch")
     transform = PLAN_TRANSFORMS.get(policy)
     if transform is not None:  # e.g. on-demand: the plan's cluster bought on-demand; deepvm-anchor: + an anchor node
         plan = transform(plan)[0]
     if steps is None and plan.workload.samples_total and settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE"):
         steps = int(plan.workload.samples_total // int(settings["SPOTTRAIN_GLOBAL_BATCH_SIZE"]))
     job = sky_job.SkyJob(plan=plan, job_id=job_id, command=command, env=settings, policy=policy, steps=steps,
-                         controller=controller, controller_port=controller_port, workdir=workdir, bucket=bucket,
-                         install=install, dist_dir=dist_dir)
-    if dry_run:
+                         controller=request.controller, controller_port=request.controller_port, workdir=workdir,
+                         bucket=request.bucket, install=install, dist_dir=dist_dir)
+    if request.dry_run:
         result = sky_job.dry_run(job)
-        if as_json:
+        if request.as_json:
             print(json.dumps(result, indent=2))
         else:
             sys.stdout.write(sky_job.render_dry_run(result))
         return
-    noted: list[bool] = []
-
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "launch" and not bucket and not noted and not as_json:  # every check passed: say it once
-            noted.append(True)
-            err.print("note: no --bucket: no checkpoints; a node that joins gets the state from a live peer, a rerun "
-                      "after losing every node starts over", highlight=False)
-        if not as_json and kind in ("launch", "membership", "decision", "lost", "joined", "release", "finished"):
-            detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("time_s", "kind"))
-            err.print(f"{data['time_s']:8.1f}s {kind}: {detail}", highlight=False)
-
-    result = sky_job.run(job, on_event=on_event)
-    if as_json:
+    result = sky_job.run(job, on_event=_sky_events(bucket=request.bucket, quiet=request.as_json))
+    if request.as_json:
         print(json.dumps({"ok": result.ok, "steps": result.steps_done, "failure": result.failure,
                           "decisions": result.decisions}, indent=2))
     else:
@@ -422,6 +512,22 @@ def _skypilot_elastic(plan: Any, command: list[str], job_id: str, bucket: str | 
                   + (f" ({result.failure})" if result.failure else ""), highlight=False)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _sky_events(*, bucket: str | None, quiet: bool) -> Any:
+    """The elastic job's events as lines on stderr (none with --json)."""
+    noted: list[bool] = []
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "launch" and not bucket and not noted and not quiet:  # every check passed: say it once
+            noted.append(True)
+            err.print("note: no --bucket: no checkpoints; a node that joins gets the state from a live peer, a rerun "
+                      "after losing every node starts over", highlight=False)
+        if not quiet and kind in ("launch", "membership", "decision", "lost", "joined", "release", "finished"):
+            detail = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("time_s", "kind"))
+            err.print(f"{data['time_s']:8.1f}s {kind}: {detail}", highlight=False)
+
+    return on_event
 
 
 def register(app: typer.Typer) -> None:
