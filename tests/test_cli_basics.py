@@ -49,3 +49,14 @@ def test_units():
         parse_duration_s("-3h")
     with pytest.raises(InputError):
         parse_duration_s("0")
+
+
+def test_an_error_message_prints_as_written_not_as_markup(capsys):
+    from spottrain.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:  # refused while the flags are read, before any worker starts
+        main(["run", "--example", "mlp", "--inject", "bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip().count("\n") == 0
+    assert "expected KIND:WORKER@TIME[/DURATION] with KIND one of" in err

@@ -14,6 +14,7 @@ import sys
 import typer
 import typer.core
 from rich.console import Console
+from rich.markup import escape
 from typer import Abort, TyperException
 from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer 0.29 vendors click
 
@@ -99,14 +100,15 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[bold red]error:[/] {usage_line(exc)}", highlight=False, soft_wrap=True, markup=True)
         sys.exit(2)
     except TyperException as exc:
-        err_console.print(f"[bold red]error:[/] {' '.join(exc.format_message().split())}", highlight=False,
+        err_console.print(f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))}", highlight=False,
                           soft_wrap=True)
         sys.exit(exc.exit_code)
     except Abort:
         err_console.print("aborted")
         sys.exit(1)
     except SpottrainError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # the message is text, not markup: '[/DURATION]' or 'spottrain[skypilot]' print as written
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
