@@ -169,6 +169,7 @@ def register(app: typer.Typer) -> None:
                               zones=_split(zones), gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types,
                               sync=sync, ps=n_ps, on_demand_anchor=on_demand_anchor, anchor_share=share,
                               hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof,
+                              pareto=as_json or report is not None,
                               include_outliers=include_outliers, evidence=evidence)
         refinement = None
         if refine:

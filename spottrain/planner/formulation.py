@@ -88,13 +88,15 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from spottrain.planner.candidates import Candidate
 from spottrain.planner.columns import Columns
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 Picks = tuple[tuple[int, int], ...]
 """A plan as ((candidate index, node count), ...), sorted."""
@@ -235,6 +237,8 @@ class _Rows:
         self.hi.extend([h] * count)
 
     def matrix(self) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray]:
+        from scipy import sparse  # lazy: scipy's sparse matrices and MILP load only when a mix is solved
+
         cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
         A = sparse.csr_matrix((cat(self.vi, float), (cat(self.ri, int), cat(self.ci, int))),
                               shape=(len(self.lo), self.nvar))
@@ -385,6 +389,9 @@ class MixProblem:
 
     def solve(self, c_x: np.ndarray, c_e: float = 0.0, *, e_floor: float | None = None) -> tuple[Picks | None, float]:
         """Minimize ``c_x . x + c_e e``; returns the picks and the objective value."""
+        from scipy import sparse  # lazy: as in _Rows.matrix
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
         self.calls += 1
         c = np.zeros(self.nvar)
         c[: self.nx] = c_x

@@ -123,13 +123,13 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
     # spotDNN profiles each instance type it considers (~30 iterations each), so it works with a
     # handful of types: the SPOTDNN_TYPES spot types of least single-node cost per sample.
     cols = ctx.cols
-    one = (cols.n == 1) & np.isfinite(cols.time_mean_s)
+    one = np.flatnonzero((cols.n == 1) & np.isfinite(cols.time_mean_s))
+    cost = cols.price_rate[one] / 3600.0 * cols.time_mean_s[one]  # Columns.cost_usd of these columns only
     per_type: dict[str, float] = {}
-    for j in np.flatnonzero(one):
+    for j, v in zip(one, cost):
         c = ctx.cands[int(cols.cand[j])]
         if c.spot:
-            v = float(cols.cost_usd[j])
-            per_type[c.instance_type] = min(v, per_type.get(c.instance_type, np.inf))
+            per_type[c.instance_type] = min(float(v), per_type.get(c.instance_type, np.inf))
     keep = set(sorted(per_type, key=per_type.get)[:SPOTDNN_TYPES])
     offers = [_Offer(c) for c in ctx.cands if c.spot and c.instance_type in keep]
     lim = ctx.limits

@@ -32,21 +32,31 @@ def front_indices(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
     return order[finite & (c < best_before)].astype(int)
 
 
+def homogeneous_front(ctx: Any, mask: np.ndarray | None) -> np.ndarray:
+    """Indices into ``ctx.cols`` of the non-dominated homogeneous columns among those ``mask``
+    selects (every column that can run at all, deadline and budget aside), ordered by time."""
+    cols = ctx.cols
+    sel = np.arange(cols.size) if mask is None else np.flatnonzero(mask)
+    sub = subset_columns(cols, mask)
+    lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
+    idx = np.flatnonzero(homogeneous_feasible(sub, ctx.cands, lim, 1.0, None))
+    t = sub.time_mean_s[idx]
+    c = sub.price_rate[idx] / 3600.0 * t
+    return sel[idx[front_indices(t, c)]]
+
+
 def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,
                   sweep: bool = True) -> list[dict[str, Any]]:
     """Non-dominated ``{label, duration_s, cost_usd}`` points, ordered by time (module docstring)."""
-    sub = subset_columns(ctx.cols, mask)
-    lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
-    ok = homogeneous_feasible(sub, ctx.cands, lim, 1.0, None)
-    idx = np.flatnonzero(ok)
-    t = sub.time_mean_s[idx]
-    c = sub.cost_usd[idx]
-    pts = [_point(ctx.cands[int(sub.cand[j])], int(sub.n[j]), float(sub.time_mean_s[j]), float(sub.cost_usd[j]))
-           for j in idx[front_indices(t, c)]]
+    cols = ctx.cols
+    front = homogeneous_front(ctx, mask)
+    cost = cols.price_rate[front] / 3600.0 * cols.time_mean_s[front]
+    pts = [_point(ctx.cands[int(cols.cand[j])], int(cols.n[j]), float(cols.time_mean_s[j]), float(c))
+           for j, c in zip(front, cost)]
     if chosen is not None:
         pts.append({"label": describe(ctx, chosen), "duration_s": chosen.time_mean_s, "cost_usd": chosen.cost_usd})
     if sweep and len(pts) >= 2 and ctx.limits.max_kinds >= 2:
-        on_front = {int(sub.cand[j]) for j in idx[front_indices(t, c)]}
+        on_front = {int(cols.cand[j]) for j in front}
         pts.extend(_mix_points(ctx, mask, on_front, pts, describe))
     ts = np.array([p["duration_s"] for p in pts])
     cs = np.array([p["cost_usd"] for p in pts])

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -59,7 +58,8 @@ import numpy as np
 from spottrain.errors import InputError
 from spottrain.plan_file import Plan, PlanPrediction
 from spottrain.planner.api import PlanResult, plan
-from spottrain.planner.engine import Context, to_plan
+from spottrain.planner.engine import Context, market_mask, to_plan
+from spottrain.planner.pareto import homogeneous_front
 from spottrain.sim import sources
 from spottrain.sim.hindsight import plan_setups, run_setups
 from spottrain.sim.sources import matching_traces, pooled_source
@@ -69,8 +69,6 @@ SWEEP_SPOT = (1.25, 1.5, 2.0, 3.0)
 """Multiples of the fastest failure-free size ``n0`` tried for spot node kinds (besides n0, n0+1, n0+2)."""
 ORIGINS = ("planner", "runner-up", "sweep", "baseline", "pareto")
 """Where a candidate comes from, in the order a node kind's candidates are kept under the candidate cap."""
-
-_LABEL = re.compile(r"^(\d+)x (\S+) (spot|on-demand)$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,59 +218,67 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
             if isinstance(b, Plan):
                 add("baseline", b)
     deadline, budget = ctx.limits.deadline_s, ctx.limits.budget_usd
-    index = {(c.instance_type, c.spot, c.region, c.zone): i for i, c in enumerate(ctx.cands)}
     cols = ctx.cols
-    # the columns of each candidate, found once (a sort) rather than by a scan per candidate
-    order = np.argsort(cols.cand, kind="stable")
-    bounds = np.searchsorted(cols.cand[order], np.arange(len(ctx.cands) + 1))
+    # every column by (candidate, size), found by one sorted search rather than a scan per candidate
+    width = int(cols.n.max()) + 1 if cols.size else 1
+    key = cols.cand.astype(np.int64) * width + cols.n
+    by_key = np.argsort(key, kind="stable")
+    sorted_key = key[by_key]
 
-    def columns(i: int) -> np.ndarray:
-        return order[bounds[i]:bounds[i + 1]]
-
-    def sizes_of(i: int) -> np.ndarray:
-        return np.unique(cols.n[columns(i)])
+    def smallest_at_least(i: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Column of candidate ``i`` with the smallest size >= ``s`` (-1: none; columns may skip sizes)."""
+        pos = np.searchsorted(sorted_key, i * width + s)
+        inside = pos < sorted_key.size
+        found = np.zeros(i.size, dtype=bool)
+        found[inside] = sorted_key[pos[inside]] // width == i[inside]
+        return np.where(found, by_key[np.minimum(pos, max(sorted_key.size - 1, 0))], -1)
     picks: dict[tuple[int, int], str] = {}
-    for pt in result.pareto:
-        m = _LABEL.match(pt.get("label", ""))
-        kind = (m[2], m[3] == "spot", pt.get("region"), pt.get("zone")) if m else None
-        if kind not in index:
+    # the homogeneous cost-vs-time front of the request's markets (the front's mixes are not
+    # candidates; computed here, not read from result.pareto, so that it does not depend on
+    # whether or how the planner swept mixes into its front)
+    for j in homogeneous_front(ctx, market_mask(ctx, spot=True, on_demand=on_demand)):
+        if deadline is not None and cols.time_mean_s[j] > deadline:
             continue
-        if deadline is not None and pt["duration_s"] > deadline:
-            continue
-        picks.setdefault((index[kind], int(m[1])), "pareto")
-    for i, c in enumerate(ctx.cands):
+        picks.setdefault((int(cols.cand[j]), int(cols.n[j])), "pareto")
+    # single-type sweeps: around the fewest nodes that finish by the deadline without a revocation
+    # (with only a budget: the most nodes whose failure-free cost fits it)
+    t_free = cols.work / np.maximum(cols.thr, 1e-12)
+    ref = np.full(len(ctx.cands), -1, dtype=np.int64)
+    if deadline is not None:
+        fit = t_free <= deadline
+        ref[:] = np.iinfo(np.int64).max
+        np.minimum.at(ref, cols.cand[fit], cols.n[fit])
+        ref[ref == np.iinfo(np.int64).max] = -1
+    elif budget is not None:
+        fit = t_free * cols.price_rate / 3600 <= budget
+        np.maximum.at(ref, cols.cand[fit], cols.n[fit])
+    want_i, want_s = [], []
+    for i in np.flatnonzero(ref >= 0):
+        c = ctx.cands[int(i)]
         if not c.spot and not on_demand:
             continue
-        sel = columns(i)
-        n, t_free = cols.n[sel], cols.work[sel] / np.maximum(cols.thr[sel], 1e-12)
+        r = int(ref[i])
         if deadline is not None:
-            fits = n[t_free <= deadline]
-            if fits.size == 0:
-                continue
-            n0 = int(fits.min())
-            sizes = {n0, n0 + 1, n0 + 2} | ({math.ceil(f * n0) for f in SWEEP_SPOT} if c.spot else set())
-        elif budget is not None:
-            fits = n[t_free * cols.price_rate[sel] / 3600 <= budget]
-            if fits.size == 0:
-                continue
-            top = int(fits.max())
-            sizes = {top, top - 1, top - 2} | ({math.ceil(top / f) for f in SWEEP_SPOT} if c.spot else set())
+            sizes = {r, r + 1, r + 2} | ({math.ceil(f * r) for f in SWEEP_SPOT} if c.spot else set())
         else:
-            continue
-        avail = sizes_of(i)
-        for s in sizes:
-            if s < 1 or s > ctx.limits.max_nodes:
-                continue
-            k = int(np.searchsorted(avail, s))  # the smallest column size >= s (columns may skip sizes)
-            if k < avail.size:
-                picks.setdefault((i, int(avail[k])), "sweep")
-    for (i, s), origin in sorted(picks.items()):
-        idx = columns(i)
-        j = int(idx[np.nonzero(cols.n[idx] == s)[0][0]])
+            sizes = {r, r - 1, r - 2} | ({math.ceil(r / f) for f in SWEEP_SPOT} if c.spot else set())
+        for sz in sizes:
+            if 1 <= sz <= ctx.limits.max_nodes:
+                want_i.append(int(i))
+                want_s.append(sz)
+    if want_i:
+        j_of = smallest_at_least(np.asarray(want_i, dtype=np.int64), np.asarray(want_s, dtype=np.int64))
+        for i, j in zip(want_i, j_of):
+            if j >= 0:
+                picks.setdefault((i, int(cols.n[j])), "sweep")
+    chosen = sorted(picks.items())
+    j_all = smallest_at_least(np.asarray([i for (i, _), _ in chosen], dtype=np.int64),
+                              np.asarray([n for (_, n), _ in chosen], dtype=np.int64))
+    for ((i, sz), origin), j in zip(chosen, j_all):
         c = ctx.cands[i]
-        t_free = float(cols.work[j] / max(cols.thr[j], 1e-12))
-        add(origin, _Pick(i=i, n=s, label=f"{s}x {c.instance_type} {'spot' if c.spot else 'on-demand'}", spot=c.spot,
-                          kind=((c.instance_type, c.spot),), ff_cost_usd=t_free * float(cols.price_rate[j]) / 3600,
+        tf = float(cols.work[j] / max(cols.thr[j], 1e-12))
+        add(origin, _Pick(i=i, n=sz, label=f"{sz}x {c.instance_type} {'spot' if c.spot else 'on-demand'}", spot=c.spot,
+                          kind=((c.instance_type, c.spot),), ff_cost_usd=tf * float(cols.price_rate[j]) / 3600,
                           duration_s=float(cols.time_mean_s[j])))
     if lazy:
         return list(out.values())
