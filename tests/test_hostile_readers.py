@@ -143,29 +143,33 @@ json_values = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
                         st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 
 
-@SETTINGS
-@given(st.sampled_from(list(_mutations(_plan_dict()))), json_values)
-def test_hand_edited_plan_gives_a_plan_in_range_or_an_input_error(key, value):
-    doc = _set(_plan_dict(), key, value)
-    try:
-        plan = Plan.from_dict(doc, source="plan.json")
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
+def _plan_in_range(plan: Plan) -> None:
     assert plan.checkpoint_interval_s > 0 and all(g.count >= 1 and g.price_usd_per_hour >= 0 for g in plan.groups)
     assert math.isfinite(plan.prediction.cost_usd) and plan.prediction.cost_usd >= 0
 
 
+def _profile_in_range(prof: Profile) -> None:
+    assert prof.batch_size >= 1 and prof.step_time_s > 0 and math.isfinite(prof.samples_per_s)
+
+
+HAND_EDITED = [
+    pytest.param(_plan_dict, lambda doc: Plan.from_dict(doc, source="plan.json"), _plan_in_range, id="plan"),
+    pytest.param(_profile_dict, lambda doc: Profile.from_dict(doc, source="p.json"), _profile_in_range, id="profile"),
+]
+
+
+@pytest.mark.parametrize(("make_doc", "load", "in_range"), HAND_EDITED)
 @SETTINGS
-@given(st.sampled_from(list(_mutations(_profile_dict()))), json_values)
-def test_hand_edited_profile_gives_a_profile_in_range_or_an_input_error(key, value):
-    doc = _set(_profile_dict(), key, value)
+@given(data=st.data(), value=json_values)
+def test_a_hand_edited_file_gives_a_result_in_range_or_an_input_error(make_doc, load, in_range, data, value):
+    doc = make_doc()
+    key = data.draw(st.sampled_from(list(_mutations(doc))), label="key")
     try:
-        prof = Profile.from_dict(doc, source="p.json")
+        result = load(_set(doc, key, value))
     except SpottrainError as exc:
         _one_line(exc)
         return
-    assert prof.batch_size >= 1 and prof.step_time_s > 0 and math.isfinite(prof.samples_per_s)
+    in_range(result)
 
 
 trace_cells = st.one_of(st.sampled_from(["0", "5", "3600", "-1", "nan", "inf", "n1", "n2", "start", "revoke", "end",

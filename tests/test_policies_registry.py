@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
+from sim_plans import make_plan
 
 LITERATURE = {"checkpoint-restart", "skypilot-managed", "on-demand", "deepvm-anchor", "replan-on-price"}
 
@@ -34,17 +34,8 @@ print(json.dumps({"before": before, "after": after, "sim_loaded": sim_loaded, "b
 
 
 def _plan_file(tmp: Path) -> Path:
-    group = PlanGroup(cloud="aws", instance_type="p3.2xlarge", gpu="V100", gpus_per_node=1, count=2, spot=True,
-                      region="us-east-1", zone="use1-az1", price_usd_per_hour=0.918,
-                      on_demand_price_usd_per_hour=3.06, network_gbps=10.0)
-    pred = PlanPrediction(throughput_samples_per_s=1000, throughput_low=900, throughput_high=1100, duration_s=3600,
-                          duration_p95_s=4000, cost_usd=4.0, cost_p95_usd=5.0, p_meet_deadline=0.97,
-                          bottleneck="compute", expected_revocations=0.3)
-    work = PlanWorkload(model="resnet50", batch_size=64, samples_total=1e6, flops_per_sample=1.2e10,
-                        param_count=25_000_000, gradient_bytes=1e8)
     path = tmp / "plan.json"
-    Plan(workload=work, groups=(group,), ps=0, sync="sync", prediction=pred, checkpoint_interval_s=900.0).save(
-        path, overwrite=True)
+    make_plan(nodes=2, zone="use1-az1", region="us-east-1", deadline_h=None, interval_s=900.0).save(path, overwrite=True)
     return path
 
 

@@ -16,24 +16,16 @@ import pytest
 import yaml
 
 from spottrain.errors import InputError
-from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.runtime.faults import load_injection_trace, parse_injections
 from spottrain.runtime.skypilot import SkyTask, task_config, task_from_plan, write_task
 from spottrain.runtime.watcher import (AwsSpotWatcher, GcpPreemptionWatcher, parse_aws_instance_action,
                                        parse_gcp_preempted, start_watcher)
 
+from sim_plans import make_plan
 
-def _plan(policy: str = "replace-same") -> Plan:
-    group = PlanGroup(cloud="aws", instance_type="p3.2xlarge", gpu="V100", gpus_per_node=1, count=4, spot=True,
-                      region="us-east-1", zone="us-east-1a", price_usd_per_hour=0.918,
-                      on_demand_price_usd_per_hour=3.06, network_gbps=10.0)
-    pred = PlanPrediction(throughput_samples_per_s=1000, throughput_low=900, throughput_high=1100, duration_s=3600,
-                          duration_p95_s=4000, cost_usd=4.0, cost_p95_usd=5.0, p_meet_deadline=0.97,
-                          bottleneck="compute", expected_revocations=0.3)
-    work = PlanWorkload(model="resnet50", batch_size=64, samples_total=1e6, flops_per_sample=1.2e10,
-                        param_count=25_000_000, gradient_bytes=1e8)
-    return Plan(workload=work, groups=(group,), ps=0, sync="sync", prediction=pred, checkpoint_interval_s=900.0,
-                policy=policy)
+
+# 4 x p3.2xlarge spot in us-east-1a
+PLAN = make_plan(nodes=4, zone="us-east-1a", deadline_h=None, interval_s=900.0)
 
 
 def _sky_validate(config: dict) -> None:
@@ -44,7 +36,7 @@ def _sky_validate(config: dict) -> None:
 
 
 def test_task_yaml_validates_against_skypilot_schema(tmp_path: Path) -> None:
-    task = task_from_plan(_plan(), name="resnet-job", command=["python", "train.py", "--lr", "0.1"],
+    task = task_from_plan(PLAN, name="resnet-job", command=["python", "train.py", "--lr", "0.1"],
                           bucket="s3://my-ckpts", env={"SPOTTRAIN_JOB_ID": "resnet-job"})
     path = write_task(task, tmp_path / "task.yaml")
     config = yaml.safe_load(path.read_text())
@@ -82,7 +74,7 @@ def test_no_credentials_reach_the_spec(tmp_path: Path, monkeypatch: pytest.Monke
         task_config(SkyTask(name="j", command=["python", "t.py"], num_nodes=1, accelerators=None, use_spot=True,
                             env={"AWS_SECRET_ACCESS_KEY": "x"}))
     plan_path = tmp_path / "plan.json"
-    _plan().save(plan_path)
+    PLAN.save(plan_path)
     out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "skypilot",
                           "--skypilot-mode", "managed-torchrun", "--plan",
                           str(plan_path), "-o", str(tmp_path / "t.yaml"), "--bucket", "my-bucket", "--json", "--",
