@@ -13,11 +13,14 @@ rounding difference: 1e-6.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from runtime_pace import Pace
 
 torch = pytest.importorskip("torch")
 
@@ -52,17 +55,27 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Checkpoint directory of a fault-free run (job id ``baseline``; steps 30, 40 and 50 kept)."""
     tmp = tmp_path_factory.mktemp("baseline")
     s = run_local(_job(tmp, "baseline"))
     assert s.ok and s.completed_steps == STEPS and s.revocations == 0
-    return _params(s.final_checkpoint)
+    return Path(s.final_checkpoint).parent
+
+
+@pytest.fixture(scope="module")
+def baseline(baseline_run: Path) -> dict[str, torch.Tensor]:
+    return _params(baseline_run / f"step-{STEPS:09d}")
 
 
 def test_kill9_worker_and_then_the_chief(tmp_path: Path, baseline: dict[str, torch.Tensor]) -> None:
-    # Slower steps (a sleep per forward pass; same numerics) give the replacements time to join.
-    s = run_local(_job(tmp_path, "kill", inject="kill:1@step4,kill:chief@step8",
-                       extra_env={"SPOTTRAIN_EXAMPLE_SLEEP_S": "0.2"}))
+    # Slower steps (a sleep per forward pass; same numerics) give the replacements time to join;
+    # full speed once one has joined after both kills (the world is back to 3).
+    pace = Pace(tmp_path, sleep_s=0.2)
+    worlds_seen: list[int] = []
+    s = run_local(_job(tmp_path, "kill", inject="kill:1@step4,kill:chief@step8", extra_env=pace.env),
+                  on_event=pace.fast_after("membership", lambda e: worlds_seen.append(e["world"]) or
+                                           len(worlds_seen) > 3 and e["world"] >= 3))
     assert s.ok, s.failure
     assert s.completed_steps == STEPS
     assert s.revocations == 2
@@ -95,21 +108,25 @@ def test_sigterm_notice_and_kill_during_checkpoint_write(tmp_path: Path, baselin
     assert _max_diff(_params(s.final_checkpoint), baseline) <= TOL
 
 
-def test_corrupt_checkpoint_is_skipped_on_restart(tmp_path: Path, baseline: dict[str, torch.Tensor]) -> None:
+def test_corrupt_checkpoint_is_skipped_on_restart(tmp_path: Path, baseline_run: Path,
+                                                  baseline: dict[str, torch.Tensor]) -> None:
+    # The checkpoints a run of job "baseline" stopped after step 40 leaves: the fault-free run's
+    # steps 30 and 40 (byte for byte what that run wrote at those steps).
     ck = tmp_path / "ck"
-    first = run_local(_job(tmp_path, "part1", steps=30, job_id="resume", ckdir=ck))
-    assert first.ok and first.completed_steps == 30
-    newest = ck / "step-000000030" / "tensors.pt"
+    ck.mkdir()
+    for step in (30, 40):
+        shutil.copytree(baseline_run / f"step-{step:09d}", ck / f"step-{step:09d}")
+    newest = ck / "step-000000040" / "tensors.pt"
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0xFF  # flip one byte in the middle of the tensors
     newest.write_bytes(bytes(data))
-    second = run_local(_job(tmp_path, "part2", steps=STEPS, job_id="resume", ckdir=ck))
+    second = run_local(_job(tmp_path, "part2", steps=STEPS, job_id="baseline", ckdir=ck))
     assert second.ok, second.failure
     assert second.completed_steps == STEPS
     restores = [json.loads(line) for p in (tmp_path / "part2" / "run").glob("events-*.jsonl")
                 for line in p.read_text().splitlines() if '"restore"' in line]
-    assert restores and all(r["step"] == 20 for r in restores), "did not fall back to the previous checkpoint"
-    # Same world size, same data order replayed from step 20.
+    assert restores and all(r["step"] == 30 for r in restores), "did not fall back to the previous checkpoint"
+    # Same world size, same data order replayed from step 30.
     assert _max_diff(_params(second.final_checkpoint), baseline) <= 1e-6
 
 
@@ -142,7 +159,8 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path: Path, baseline: dict
     import time
 
     ck = tmp_path / "ck"
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "SPOTTRAIN_STEPS": str(STEPS),
+    pace = Pace(tmp_path, sleep_s=0.1)  # slow until the kill, then full speed
+    env = {**os.environ, **pace.env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "SPOTTRAIN_STEPS": str(STEPS),
            "SPOTTRAIN_CHECKPOINT_DIR": str(ck), "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_JOB_ID": "tr",
            "OMP_NUM_THREADS": "1", "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.1", "SPOTTRAIN_RUN_DIR": str(tmp_path / "run")}
     torchrun = Path(sys.executable).with_name("torchrun")
@@ -156,6 +174,7 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path: Path, baseline: dict
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert children, "no torchrun workers found"
         os.kill(int(children[-1]), signal.SIGKILL)
+        pace.fast()
         assert proc.wait(timeout=180) == 0
     finally:
         if proc.poll() is None:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime_pace import Pace
+
 torch = pytest.importorskip("torch")
 
 from spottrain.policies import Decision, JobState, NodeOption, register_policy  # noqa: E402
@@ -36,10 +38,11 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _job(tmp: Path, name: str, *, steps: int = STEPS, inject: str = "", sleep_s: float = 0.05,
-         command: list[str] | None = None, **kw) -> LocalJob:
+         command: list[str] | None = None, pace: Pace | None = None, **kw) -> LocalJob:
     ckdir = tmp / name / "ck"
     env = {"SPOTTRAIN_STEPS": str(steps), "SPOTTRAIN_CHECKPOINT_DIR": str(ckdir),
-           "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_EXAMPLE_SLEEP_S": str(sleep_s)}
+           "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_EXAMPLE_SLEEP_S": str(sleep_s),
+           **(pace.env if pace is not None else {})}
     return LocalJob(command=command or [sys.executable, "-m", "spottrain.runtime.examples", "mlp"],
                     workers=kw.pop("workers", WORKERS), run_dir=tmp / name / "run", job_id=name, env=env,
                     injections=parse_injections(inject, workers=WORKERS) if inject else [],
@@ -220,6 +223,9 @@ def test_error_in_training_code_fails_the_job_whatever_its_message(tmp_path: Pat
     script = tmp_path / "buggy.py"
     script.write_text(BUGGY)
     job = _job(tmp_path, "bug", command=[sys.executable, str(script)], sleep_s=0.0)
+    # the raising worker waits this long for the controller to confirm a membership change
+    # (none comes) before it treats the error as its own: 1 s instead of the default 5 s
+    job.env["SPOTTRAIN_CONFIRM_S"] = "1"
     t0 = time.monotonic()
     s = run_local(job)
     assert not s.ok
@@ -232,12 +238,15 @@ def test_error_in_training_code_fails_the_job_whatever_its_message(tmp_path: Pat
 def test_policy_sees_the_simulator_state_and_its_decisions_are_carried_out(tmp_path: Path) -> None:
     seen: list[JobState] = []
     switched: list[float] = []
+    pace = Pace(tmp_path / "policy", sleep_s=0.1)
     od = NodeOption(instance_type="local-od", gpu="cpu", spot=False, zone=None, price_usd_per_hour=3.0,
                     throughput=1.0, delay_s=0.2)
 
     def scripted(state: JobState) -> Decision:
         seen.append(state)
         spot = [n.node_id for n in state.nodes if n.spot]
+        if switched and state.nodes and not spot:
+            pace.fast()  # what is checked has happened: the policy sees the on-demand nodes only
         if state.event == "tick" and spot and not state.pending_on_demand and not switched:
             switched.append(state.now_s)
             return Decision(switch_to_on_demand=True, request=state.on_demand_fallback, release=(*spot, "nosuch"),
@@ -247,7 +256,7 @@ def test_policy_sees_the_simulator_state_and_its_decisions_are_carried_out(tmp_p
     register_policy("test-scripted-switch", scripted)
     spot = NodeOption(instance_type="local-spot", gpu="cpu", spot=True, zone=None, price_usd_per_hour=1.0,
                       throughput=1.0, delay_s=0.2)
-    job = _job(tmp_path, "policy", steps=200, sleep_s=0.1, policy="test-scripted-switch", planned=(spot,) * WORKERS,
+    job = _job(tmp_path, "policy", steps=200, pace=pace, policy="test-scripted-switch", planned=(spot,) * WORKERS,
                options=(spot, od), on_demand_fallback=(od,) * WORKERS, samples_per_step=64, deadline_s=3600.0,
                tick_s=1.0)
     events: list[dict] = []

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from runtime_pace import Pace
 from spottrain.errors import InputError
 from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.runtime.cloud import (LOST, RUNNING, STARTING, SUCCEEDED, LocalProvider, NodeGroup, check_launchable,
@@ -200,9 +201,10 @@ def _groups(spot: int = 2, on_demand: int = 1) -> tuple[NodeGroup, ...]:
                       count=on_demand))
 
 
-def _env(tmp: Path, steps: int, sleep_s: float = 0.1) -> dict[str, str]:
-    return {"SPOTTRAIN_STEPS": str(steps), "SPOTTRAIN_CHECKPOINT_DIR": str(tmp / "ck"),
-            "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_EXAMPLE_SLEEP_S": str(sleep_s)}
+def _env(tmp: Path, steps: int, pace: Pace | None = None) -> dict[str, str]:
+    env = {"SPOTTRAIN_STEPS": str(steps), "SPOTTRAIN_CHECKPOINT_DIR": str(tmp / "ck"),
+           "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.1"}
+    return {**env, **pace.env} if pace is not None else env
 
 
 def _when_step(ctl: FleetController, step: int, action: Any) -> threading.Thread:
@@ -223,9 +225,10 @@ def _when_step(ctl: FleetController, step: int, action: Any) -> threading.Thread
 
 def test_a_revoked_spot_node_is_replaced_on_its_own_market_and_the_job_completes(tmp_path: Path) -> None:
     provider = LocalProvider(command=MLP, run_dir=tmp_path)
-    job = FleetJob(groups=_groups(), job_id="j1", steps=200, env=_env(tmp_path, 200), policy="replace-same",
+    pace = Pace(tmp_path)
+    job = FleetJob(groups=_groups(), job_id="j1", steps=200, env=_env(tmp_path, 200, pace), policy="replace-same",
                    replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
-    ctl = FleetController(job, provider)
+    ctl = FleetController(job, provider, on_event=pace.fast_after("joined"))
     _when_step(ctl, 10, lambda: provider.revoke("g0-n1", "kill"))
     result = ctl.run()
     assert result.ok and result.steps_done == 200, (result.failure, result.events[-5:])
@@ -244,10 +247,12 @@ def test_deadline_policy_switches_to_on_demand_without_losing_the_state(tmp_path
     is measured) it asks for the on-demand fallback and releases the spot nodes; the release
     waits until an on-demand node has joined, so the state passes from memory to memory."""
     provider = LocalProvider(command=MLP, run_dir=tmp_path)
-    job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j2", steps=200, env=_env(tmp_path, 200),
+    pace = Pace(tmp_path)
+    job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j2", steps=200, env=_env(tmp_path, 200, pace),
                    policy="deadline-margin", deadline_s=6.0, replacement_delay_s=0.5, restart_overhead_s=0.5,
                    tick_s=1.0, timeout_s=240)
-    result = FleetController(job, provider).run()
+    # full speed once the spot nodes have left (the switch and the hand-over are done)
+    result = FleetController(job, provider, on_event=pace.fast_after("release")).run()
     assert result.ok and result.steps_done == 200, (result.failure, result.events[-5:])
     switch = [d for d in result.decisions if d["switch_to_on_demand"]]
     assert len(switch) == 1 and sorted(switch[0]["release"]) == ["g0-n0", "g0-n1"]
@@ -349,13 +354,14 @@ def test_skypilot_provider_runs_the_generated_tasks_and_replaces_a_preempted_clu
     api = FakeSky(tmp_path)
     wheel = tmp_path / "spottrain-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"PK")
+    pace = Pace(tmp_path)
     sky_job = SkyJob(plan=plan, job_id="job9", command=["python", "-m", "spottrain.runtime.examples", "mlp"],
-                     env=_env(tmp_path, 200), policy="replace-same", steps=200, install=SpottrainInstall(wheel=str(wheel)))
+                     env=_env(tmp_path, 200, pace), policy="replace-same", steps=200, install=SpottrainInstall(wheel=str(wheel)))
     groups = sky_job.groups()
     provider = SkyPilotProvider(job_id="job9", task_for=sky_job.task_for, api=api, status_every_s=0.2)
     job = FleetJob(groups=groups, job_id="job9", steps=200, env=dict(sky_job.env), policy="replace-same",
                    replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
-    ctl = FleetController(job, provider)
+    ctl = FleetController(job, provider, on_event=pace.fast_after("joined"))
     _when_step(ctl, 10, lambda: api.preempt("job9-g0-n0"))
     result = ctl.run()
     assert result.ok and result.steps_done == 200, (result.failure, result.events[-6:])
@@ -382,10 +388,11 @@ def test_nodes_on_namespace_hosts_a_silent_node_is_declared_lost_and_replaced(tm
         pytest.skip(why)
     with netns.Network() as net:
         provider = LocalProvider(command=MLP, run_dir=tmp_path, host_for=lambda node_id: net.add_host())
-        job = FleetJob(groups=_groups(spot=2, on_demand=1), job_id="j3", steps=200, env=_env(tmp_path, 200),
+        pace = Pace(tmp_path)
+        job = FleetJob(groups=_groups(spot=2, on_demand=1), job_id="j3", steps=200, env=_env(tmp_path, 200, pace),
                        policy="replace-same", store_bind="0.0.0.0:0", advertise=f"{net.address}:0",
                        replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
-        ctl = FleetController(job, provider)
+        ctl = FleetController(job, provider, on_event=pace.fast_after("joined"))
         _when_step(ctl, 10, lambda: net.link_down(provider.hosts["g0-n1"]))
         result = ctl.run()
         hosts = {n: h.address for n, h in provider.hosts.items()}
@@ -401,15 +408,17 @@ def test_nodes_on_namespace_hosts_a_silent_node_is_declared_lost_and_replaced(tm
 
 
 def test_a_controller_that_stops_early_lets_the_workers_checkpoint_and_exit(tmp_path: Path) -> None:
-    """The controller gives up (here: its timeout; likewise Ctrl-C or SIGTERM): it tells every
-    worker to stop, rank 0 writes a checkpoint, every worker exits by itself, then every node is
-    given back. No process is left."""
+    """The controller gives up (here: its timeout, reached once training is under way; likewise
+    Ctrl-C or SIGTERM): it tells every worker to stop, rank 0 writes a checkpoint, every worker
+    exits by itself, then every node is given back. No process is left."""
     from spottrain.runtime.elastic import EXIT_STOPPED
 
     provider = LocalProvider(command=MLP, run_dir=tmp_path)
     job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j4", steps=5000, env=_env(tmp_path, 5000),
-                   policy="replace-same", tick_s=3600, timeout_s=25.0, join_timeout_s=60)
+                   policy="replace-same", tick_s=3600, timeout_s=240, join_timeout_s=60)
     ctl = FleetController(job, provider)
+    # past step 3 (no checkpoint is due before step 10): the timeout runs out now
+    _when_step(ctl, 3, lambda: setattr(job, "timeout_s", ctl.now()))
     result = ctl.run()
     assert not result.ok and "timed out" in (result.failure or "")
     kinds = [e["kind"] for e in result.events]
@@ -417,7 +426,8 @@ def test_a_controller_that_stops_early_lets_the_workers_checkpoint_and_exit(tmp_
     codes = {n: node.proc.returncode for n, node in provider.nodes.items()}
     assert codes == {"g0-n0": EXIT_STOPPED, "g0-n1": EXIT_STOPPED}, codes  # they exited, not killed
     assert provider.terminated == []  # nothing was left to kill
-    assert any((tmp_path / "ck").iterdir())  # the stop checkpoint
+    # the stop checkpoint: rank 0 saved the last step it completed (no periodic one is due at step 3-9)
+    assert (tmp_path / "ck" / f"step-{result.steps_done:09d}" / "MANIFEST.json").is_file(), result.steps_done
 
 
 class _ScriptedSky(RecordingSky):
@@ -477,7 +487,7 @@ def test_a_node_that_never_joins_is_given_up_and_replaced(tmp_path: Path) -> Non
     the controller) is terminated after ready_timeout_s and reported to the policy as lost."""
     provider = LocalProvider(command=["sleep", "120"], run_dir=tmp_path)
     job = FleetJob(groups=_groups(spot=1, on_demand=0), job_id="j5", steps=10, policy="replace-same",
-                   ready_timeout_s=1.0, max_launches=1, timeout_s=6.0, poll_s=0.05)
+                   ready_timeout_s=1.0, max_launches=1, timeout_s=4.0, poll_s=0.05)
     result = FleetController(job, provider).run()
     assert not result.ok and "timed out" in (result.failure or "")
     lost = [e for e in result.events if e["kind"] == "lost"]

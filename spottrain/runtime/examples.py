@@ -119,6 +119,9 @@ def build_trainer(name: str, config: TrainConfig | None = None) -> Trainer:
 
     ``SPOTTRAIN_EXAMPLE_SLEEP_S`` adds a sleep to every forward pass: it stands in for a
     slower model (tests use it to give a replacement time to join); numerics are unchanged.
+    ``SPOTTRAIN_EXAMPLE_SLEEP_FILE`` names a file holding that sleep instead, read again at
+    every forward pass: a test slows the job down until the event it checks has happened
+    (a replacement joined), then writes ``0`` and the remaining steps run at full speed.
     """
     ex = get_example(name)
     cfg = config or TrainConfig.from_env(steps=ex.steps, global_batch_size=ex.global_batch_size)
@@ -127,11 +130,25 @@ def build_trainer(name: str, config: TrainConfig | None = None) -> Trainer:
     opt = torch.optim.SGD(model.parameters(), lr=ex.lr, momentum=0.9)
     loss_fn = classification_loss
     sleep_s = float(os.environ.get("SPOTTRAIN_EXAMPLE_SLEEP_S", "0") or 0)
-    if sleep_s > 0:
+    sleep_file = os.environ.get("SPOTTRAIN_EXAMPLE_SLEEP_FILE")
+    if sleep_file:
+        def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
+            time.sleep(_read_sleep(sleep_file, sleep_s))
+            return classification_loss(model, batch)
+    elif sleep_s > 0:
         def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
             time.sleep(sleep_s)
             return classification_loss(model, batch)
     return Trainer(model=model, optimizer=opt, dataset=ex.dataset(), loss_fn=loss_fn, config=cfg)
+
+
+def _read_sleep(path: str, default: float) -> float:
+    """The sleep in ``path`` (seconds); ``default`` while the file is missing or being written."""
+    try:
+        with open(path) as fh:
+            return max(float(fh.read().strip()), 0.0)
+    except (OSError, ValueError):
+        return default
 
 
 def main(argv: list[str] | None = None) -> None:

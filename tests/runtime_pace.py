@@ -1,0 +1,49 @@
+"""Pace of the example jobs in the runtime tests.
+
+A scenario needs slow steps until the event it checks has happened (a replacement has joined,
+the spot nodes have left), else the job ends first; after that, slow steps only cost test time.
+The example trainer reads its per-step sleep from ``SPOTTRAIN_EXAMPLE_SLEEP_FILE`` at every
+forward pass (:func:`spottrain.runtime.examples.build_trainer`; numerics unchanged), so a test
+writes ``0`` there once the event has happened and the remaining steps run at full speed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ENV = "SPOTTRAIN_EXAMPLE_SLEEP_FILE"
+
+
+class Pace:
+    def __init__(self, directory: Path, sleep_s: float = 0.1) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "pace"
+        self.set(sleep_s)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {ENV: str(self.path)}
+
+    def set(self, sleep_s: float) -> None:
+        part = self.path.with_suffix(".part")
+        part.write_text(str(sleep_s))
+        os.replace(part, self.path)  # a reader sees the old value or the new, never an empty file
+
+    def fast(self) -> None:
+        self.set(0.0)
+
+    def fast_after(self, kind: str, when: Callable[[dict[str, Any]], bool] = lambda data: True,
+                   then: Callable[[str, dict[str, Any]], None] | None = None) -> Callable[[str, dict[str, Any]], None]:
+        """An ``on_event`` callback: full speed from the first event of ``kind`` (for which
+        ``when`` holds) on; every event is passed on to ``then``."""
+
+        def on_event(k: str, data: dict[str, Any]) -> None:
+            if k == kind and when(data):
+                self.fast()
+            if then is not None:
+                then(k, data)
+
+        return on_event
