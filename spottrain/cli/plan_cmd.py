@@ -72,42 +72,15 @@ def register(app: typer.Typer) -> None:
         evidence: str = typer.Option("any", "--evidence", help="any: every spot type (a type without revocation traces is priced with a pooled lifetime law, shown with its range); traced: only spot types with revocation traces of their own."),
         from_store: Optional[bool] = typer.Option(None, "--from-store/--no-from-store", help="Calibrate on the measured rows of your own runs (spottrain run) of this model; default: on when the store has some."),
     ) -> None:
-        """Choose the cheapest cluster that meets a deadline (or the fastest within a budget)."""
+        """Choose the cheapest cluster that meets a deadline (or the fastest within a budget): checks,
+        workload, work, the analytical plan, the refine by simulation, the output."""
         from spottrain.cli import options
-        from spottrain.perf import Workload, default_model
-        from spottrain.perf.convergence import read_loss_curves
-        from spottrain.perf.own_runs import calibrated_workload, cli_own_runs
-        from spottrain.planner.api import plan as run_plan
-        from spottrain.planner.evidence import headline
-        from spottrain.profiler.schema import load_profile
-        from spottrain.profiler.zoo_info import canonical_model, zoo_names
 
-        options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
-        options.count(max_nodes, "--max-nodes", high=options.MAX_NODES, why="no cloud grants one account more")
-        options.count(max_types, "--max-types", high=10)
-        options.count(ps, "--ps", low=0, high=1000)
-        sync = options.choice(sync, "--sync", ("sync", "async"))
-        if sync == "sync" and ps:
-            raise InputError(f"--sync sync is all-reduce without parameter servers; --ps {ps} needs --sync async",
-                             column="--ps")
-        options.fraction(confidence, "--confidence", low_open=True, closed_high=False)
-        options.fraction(on_demand_share, "--on-demand-share", closed_high=False)
-        options.number(epochs, "--epochs", low=0, low_open=True, high=1e6)
-        options.number(target_loss, "--target-loss", low=0, low_open=True)
-        options.count(refine_runs, "--refine-runs", high=options.MAX_RUNS)
-        options.name(model, "--model")
-        if clouds is not None:
-            options.names_list(clouds, "--clouds", known=CLOUDS)
-        if gpus is not None:
-            for g in options.names_list(gpus, "--gpus"):
-                options.gpu(g, "--gpus")
-        options.names_list(regions, "--regions")
-        options.names_list(zones, "--zones")
-        options.input_file(profile, "--profile")
-        options.input_file(curves, "--curves")
-        options.input_file(catalog_path, "--catalog")
-        options.output(out, "--out", force=force)
-        options.output(report, "--report", force=force)
+        sync = _check_flags(batch_size=batch_size, max_nodes=max_nodes, max_types=max_types, ps=ps, sync=sync,
+                            confidence=confidence, on_demand_share=on_demand_share, epochs=epochs,
+                            target_loss=target_loss, refine_runs=refine_runs, model=model, clouds=clouds, gpus=gpus,
+                            regions=regions, zones=zones, profile=profile, curves=curves, catalog_path=catalog_path,
+                            out=out, report=report, force=force)
         deadline_s = options.duration(deadline, "--deadline", require_unit=True)
         budget_usd = parse_money_usd(budget, option="--budget") if budget is not None else None
         cap_usd = parse_money_usd(hard_cap, option="--hard-cap") if hard_cap is not None else None
@@ -115,62 +88,29 @@ def register(app: typer.Typer) -> None:
         n_ps = _ps(ps, sync)
         share = _share(on_demand_share, spot_only, allow_on_demand)
         crit = parse_count(critical_batch, option="--critical-batch") if critical_batch is not None else None
-        if crit is not None and target_loss is None:
-            raise InputError("--critical-batch only applies with --target-loss")
-        if curves is not None and target_loss is None:
-            raise InputError("--curves only applies with --target-loss")
-        if deadline_s is None and budget_usd is None:
-            raise InputError("give --deadline (e.g. 8h) or --budget (e.g. 200)")
-        if spot_only and on_demand_anchor:
-            raise InputError("--spot-only contradicts --on-demand-anchor (the anchor is an on-demand server)")
-        if spot_only and "--allow-on-demand" in sys.argv:
-            raise InputError("--spot-only contradicts --allow-on-demand")
-        if refine_runs < 1:
-            raise InputError(f"--refine-runs: expected a run count >= 1, got {refine_runs}")
-        if not refine_budget > 0:
-            raise InputError(f"--refine-budget: expected a positive number of seconds, got {refine_budget}")
-        if refine is None:
-            refine = deadline_s is not None
-        if exclude_traces and not refine:
-            raise InputError("--exclude-traces only applies when refining (--refine, the default with --deadline)")
-        if out is not None and out.exists() and not force:
-            raise InputError("file exists; pass --force to overwrite it", file=str(out))
-        if (profile is None) == (model is None):
-            raise InputError("give exactly one of --profile FILE or --model NAME")
-        prof = None
-        if profile is not None:
-            prof = load_profile(str(profile))
-            workload = Workload.from_profile(prof) if batch_size is None else \
-                Workload.from_profile(prof, batch_size)
-        else:
-            names = zoo_names()
-            if names and model.lower() not in {n.lower() for n in names}:
-                try:
-                    canonical_model(model)
-                except Exception:
-                    raise UnknownNameError("model", model, names) from None
-            workload = Workload.from_zoo(model, batch_size)
-
-        own = cli_own_runs(from_store, workload.model, echo=_echo, batch_size=workload.batch_size,
-                           precision=workload.precision, how="; they calibrate the model's speed, as a profile does")
-        if own:
-            workload = calibrated_workload(workload, own, default_model())
+        refine = _check_combinations(deadline_s=deadline_s, budget_usd=budget_usd, crit=crit, curves=curves,
+                                     target_loss=target_loss, spot_only=spot_only, on_demand_anchor=on_demand_anchor,
+                                     refine_runs=refine_runs, refine_budget=refine_budget, refine=refine,
+                                     exclude_traces=exclude_traces, out=out, force=force, profile=profile,
+                                     model=model)
+        workload, prof = _workload(profile, model, batch_size, from_store)
         loss_curves = None
         if curves is not None:
+            from spottrain.perf.convergence import read_loss_curves  # lazy: only with --curves
+
             loss_curves = read_loss_curves(curves, batch_size=workload.batch_size)
         n_samples = _samples(samples, epochs, dataset_size, target_loss, workload)
         work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit,
                                                                    "loss_curves": loss_curves}
         catalog = load_catalog(str(catalog_path)) if catalog_path else None
-        with Console(stderr=True).status("planning: catalog, throughput and revocation models, MILP ..."):
-            result = run_plan(workload, **work, deadline_s=deadline_s, budget_usd=budget_usd,
-                              confidence=confidence, catalog=catalog, spot_only=spot_only,
-                              allow_on_demand=allow_on_demand, clouds=_split(clouds), regions=_split(regions),
-                              zones=_split(zones), gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types,
-                              sync=sync, ps=n_ps, on_demand_anchor=on_demand_anchor, anchor_share=share,
-                              hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof,
-                              pareto=as_json or report is not None,
-                              include_outliers=include_outliers, evidence=evidence)
+        result = _analytical_plan(workload, work, deadline_s=deadline_s, budget_usd=budget_usd,
+                                  confidence=confidence, catalog=catalog, spot_only=spot_only,
+                                  allow_on_demand=allow_on_demand, clouds=_split(clouds), regions=_split(regions),
+                                  zones=_split(zones), gpus=_split(gpus), max_nodes=max_nodes, max_kinds=max_types,
+                                  sync=sync, ps=n_ps, on_demand_anchor=on_demand_anchor, anchor_share=share,
+                                  hard_cap_usd=cap_usd, quotas=quotas, baselines=baselines, profile=prof,
+                                  include_outliers=include_outliers, evidence=evidence,
+                                  pareto=as_json or report is not None)
         refinement = None
         if refine:
             refinement = _refine(result, runs=refine_runs, budget_s=refine_budget, exclude=_split(exclude_traces) or (),
@@ -179,20 +119,125 @@ def register(app: typer.Typer) -> None:
                                          explanation=refinement.plan.explanation or result.explanation)
         if target_loss is not None and sync == "sync" and loss_curves:
             _batch_extrapolation_note(loss_curves, workload.batch_size, result.best)
-        if out is not None:
-            result.best.save(out, overwrite=force)
-        if report is not None:
-            from spottrain.planner.html import write_report  # lazy: spottrain.report only for --report
+        _output(result, refinement, out=out, report=report, force=force, as_json=as_json)
 
-            write_report(result, report, force=force, refinement=refinement)
-        if as_json:
-            d = result.to_dict()
-            if refinement is not None:
-                d["refinement"] = refinement.to_dict()
-            d["headline"] = headline(result, refinement)
-            print(json.dumps(d, indent=2, default=float))
-            return
-        _render(result, out, report, refinement)
+
+def _check_flags(*, batch_size, max_nodes, max_types, ps, sync, confidence, on_demand_share, epochs, target_loss,
+                 refine_runs, model, clouds, gpus, regions, zones, profile, curves, catalog_path, out, report,
+                 force) -> str:
+    """Each flag's own range and form (one-line errors naming the flag); returns the checked --sync."""
+    from spottrain.cli import options
+
+    options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
+    options.count(max_nodes, "--max-nodes", high=options.MAX_NODES, why="no cloud grants one account more")
+    options.count(max_types, "--max-types", high=10)
+    options.count(ps, "--ps", low=0, high=1000)
+    sync = options.choice(sync, "--sync", ("sync", "async"))
+    if sync == "sync" and ps:
+        raise InputError(f"--sync sync is all-reduce without parameter servers; --ps {ps} needs --sync async",
+                         column="--ps")
+    options.fraction(confidence, "--confidence", low_open=True, closed_high=False)
+    options.fraction(on_demand_share, "--on-demand-share", closed_high=False)
+    options.number(epochs, "--epochs", low=0, low_open=True, high=1e6)
+    options.number(target_loss, "--target-loss", low=0, low_open=True)
+    options.count(refine_runs, "--refine-runs", high=options.MAX_RUNS)
+    options.name(model, "--model")
+    if clouds is not None:
+        options.names_list(clouds, "--clouds", known=CLOUDS)
+    if gpus is not None:
+        for g in options.names_list(gpus, "--gpus"):
+            options.gpu(g, "--gpus")
+    options.names_list(regions, "--regions")
+    options.names_list(zones, "--zones")
+    options.input_file(profile, "--profile")
+    options.input_file(curves, "--curves")
+    options.input_file(catalog_path, "--catalog")
+    options.output(out, "--out", force=force)
+    options.output(report, "--report", force=force)
+    return sync
+
+
+def _check_combinations(*, deadline_s, budget_usd, crit, curves, target_loss, spot_only, on_demand_anchor, refine_runs,
+                        refine_budget, refine, exclude_traces, out, force, profile, model) -> bool:
+    """Flags that contradict or need each other; returns whether to refine (default: with --deadline)."""
+    if crit is not None and target_loss is None:
+        raise InputError("--critical-batch only applies with --target-loss")
+    if curves is not None and target_loss is None:
+        raise InputError("--curves only applies with --target-loss")
+    if deadline_s is None and budget_usd is None:
+        raise InputError("give --deadline (e.g. 8h) or --budget (e.g. 200)")
+    if spot_only and on_demand_anchor:
+        raise InputError("--spot-only contradicts --on-demand-anchor (the anchor is an on-demand server)")
+    if spot_only and "--allow-on-demand" in sys.argv:
+        raise InputError("--spot-only contradicts --allow-on-demand")
+    if refine_runs < 1:
+        raise InputError(f"--refine-runs: expected a run count >= 1, got {refine_runs}")
+    if not refine_budget > 0:
+        raise InputError(f"--refine-budget: expected a positive number of seconds, got {refine_budget}")
+    if refine is None:
+        refine = deadline_s is not None
+    if exclude_traces and not refine:
+        raise InputError("--exclude-traces only applies when refining (--refine, the default with --deadline)")
+    if out is not None and out.exists() and not force:
+        raise InputError("file exists; pass --force to overwrite it", file=str(out))
+    if (profile is None) == (model is None):
+        raise InputError("give exactly one of --profile FILE or --model NAME")
+    return bool(refine)
+
+
+def _workload(profile, model, batch_size, from_store):
+    """The workload of --profile or --model, calibrated on the store's own runs of it when asked
+    (or by default when there are some); returns it and the loaded profile (None with --model)."""
+    from spottrain.perf import Workload, default_model
+    from spottrain.perf.own_runs import calibrated_workload, cli_own_runs
+    from spottrain.profiler.schema import load_profile
+    from spottrain.profiler.zoo_info import canonical_model, zoo_names
+
+    prof = None
+    if profile is not None:
+        prof = load_profile(str(profile))
+        workload = Workload.from_profile(prof) if batch_size is None else Workload.from_profile(prof, batch_size)
+    else:
+        names = zoo_names()
+        if names and model.lower() not in {n.lower() for n in names}:
+            try:
+                canonical_model(model)
+            except Exception:
+                raise UnknownNameError("model", model, names) from None
+        workload = Workload.from_zoo(model, batch_size)
+    own = cli_own_runs(from_store, workload.model, echo=_echo, batch_size=workload.batch_size,
+                       precision=workload.precision, how="; they calibrate the model's speed, as a profile does")
+    if own:
+        workload = calibrated_workload(workload, own, default_model())
+    return workload, prof
+
+
+def _analytical_plan(workload, work, **kwargs):
+    """:func:`spottrain.planner.plan` behind a status line on stderr."""
+    from spottrain.planner.api import plan as run_plan
+
+    with Console(stderr=True).status("planning: catalog, throughput and revocation models, MILP ..."):
+        return run_plan(workload, **work, **kwargs)
+
+
+def _output(result, refinement, *, out, report, force, as_json) -> None:
+    """Save the plan (--out), write the report (--report), print JSON (--json) or the tables."""
+    if out is not None:
+        result.best.save(out, overwrite=force)
+    if report is not None:
+        from spottrain.planner.html import write_report  # lazy: spottrain.report only for --report
+
+        write_report(result, report, force=force, refinement=refinement)
+    if as_json:
+        from spottrain.planner.evidence import headline
+
+        d = result.to_dict()
+        if refinement is not None:
+            d["refinement"] = refinement.to_dict()
+        d["headline"] = headline(result, refinement)
+        print(json.dumps(d, indent=2, default=float))
+        return
+    _render(result, out, report, refinement)
 
 
 def _batch_extrapolation_note(curves, batch_size, plan) -> None:
