@@ -84,8 +84,8 @@ def test_multi_node_allreduce_is_network_bound_and_tcp_does_not_reach_the_nomina
     assert slow.bottleneck == "network"
     # Over TCP a 10x faster NIC buys far less than 10x: collectives reach a few Gbit/s per node
     # (Pollux's g4dn all-reduce: ~5 of 50); an RDMA fabric (EFA, InfiniBand) does reach its line rate.
-    assert slow.throughput < tcp.throughput < 1.5 * slow.throughput
-    assert rdma.throughput > 1.5 * slow.throughput
+    assert slow.throughput < tcp.throughput < 2 * slow.throughput
+    assert rdma.throughput > 2 * slow.throughput
     # A mixed-precision step all-reduces at least fp16 gradients (2 bytes per parameter, 219 MB):
     # 2 (n-1)/n x 219 MB over 10 Gbit/s take at least ~0.26 s per step: an upper bound.
     S = Workload.from_zoo("bert-base", 32).gradient_bytes / 2.0

@@ -256,6 +256,11 @@ POLLUX_MODELS = {
     "bert": ("bert_base_squad", 3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000, None),
     "ncf": ("ncf-neumf", 3 * 2 * 43_297.0, 1_602_657, 12),
 }
+# Arithmetic of each folder's training script (petuum/adaptdl benchmark/models/<folder>/, same
+# commit): only ImageNet calls apex ``amp.initialize(model, optimizer)``, whose default opt_level
+# O1 runs convolutions and GEMMs in fp16 and keeps fp32 weights (and gradients); CIFAR-10, BERT
+# (run.sh passes no --fp16) and NCF train in fp32.
+POLLUX_PRECISION = {"cifar10": "fp32", "imagenet": "fp16", "bert": "fp32", "ncf": "fp32"}
 # Per-GPU batch sizes kept per model: the smallest, one near the geometric middle and the largest
 # measured on every placement (the traces hold 5-21; all of them for single-GPU rows). The other
 # sizes add rows, not information the model lacks, and would outweigh the other studies' 379 rows.
@@ -305,7 +310,7 @@ def pollux_rows(data: str) -> list[dict]:
             gpus = sum(per_node)
             rows.append(dict(model=model, batch_size=b, cluster=_cluster_of(list(per_node)), ps=0, sync="sync",
                              throughput=round(gpus * b / step, 3), network_gbps=POLLUX_NETWORK_GBPS,
-                             flops_per_sample=round(flops), param_count=params, precision="fp32",
+                             flops_per_sample=round(flops), param_count=params, precision=POLLUX_PRECISION[folder],
                              tensor_count=tensors or "", step_time_s=round(step, 6), sync_time_s=round(sync, 6),
                              source=f"pollux/{folder}/{part}"))
     return rows

@@ -28,7 +28,8 @@ from importlib import resources
 
 import numpy as np
 
-from spottrain.errors import InputError, NotFittedError
+from spottrain.catalog.gpus import gpu_spec
+from spottrain.errors import InputError, NotFittedError, UnknownNameError
 from spottrain.perf import analytical as an
 from spottrain.perf.hardware import device, instance_gpu_count, node_network_gbps
 from spottrain.perf.measurements import Measurement, load_shipped
@@ -45,7 +46,7 @@ SYNC_FLOOR_S = 1e-3
 
 Z90 = 1.645
 """Standard normal quantile of a two-sided ~90 % interval."""
-STUDY_LOG = 0.15
+STUDY_LOG = 0.1
 """Log standard deviation between studies (frameworks, hosts, software eras) of one configuration,
 beyond each study's own residuals: calibrated by leave-one-study-out on the shipped tables
 (bench/prediction_accuracy.py, first rows)."""
@@ -54,6 +55,12 @@ PATH_LOG = 0.3
 fitted row used: the fraction of FLOPs on the fast path is then only its prior."""
 NODES_LOG = 0.15
 """Log sd added per size far beyond the fitted range (more than twice the nodes or GPUs per node)."""
+ARCH_LOG = 0.3
+"""Log sd of a GPU whose architecture no fitted row ran on (Ampere, Hopper, Ada when only Kepler to
+Turing were measured): its tensor-core paths, caches and clocks are its datasheet's word only.
+Leave one study out on Lambda (every GPU of a newer architecture than the other studies') errs by
+0.3 in log on average: the per-GPU spread of studies that share an architecture (0.15) is too
+narrow there."""
 SPREAD_FLOOR = {"gpu": 0.15, "model": 0.2}
 SPREAD_CAP = 0.3
 """Largest log sd of an unseen model: with a handful of fitted models the median effect is noise
@@ -81,6 +88,14 @@ def _study_weights(rows: list[Measurement]) -> np.ndarray:
     """Per-row weight of the log residuals: sqrt(min(1, STUDY_ROWS / rows of the row's study))."""
     n = Counter(_study_of(m) for m in rows)
     return np.array([math.sqrt(min(1.0, STUDY_ROWS / n[_study_of(m)])) for m in rows])
+
+
+def _architecture(gpu: str) -> str | None:
+    """The registry's architecture of a GPU name; ``None`` for a name it does not hold."""
+    try:
+        return gpu_spec(gpu).architecture
+    except UnknownNameError:
+        return None
 
 
 def _config_key(q: "_Query") -> str:
@@ -523,7 +538,13 @@ class ThroughputModel:
         sp = self.spread_log_
         for g, name, gpn in _resolve_groups(q.cluster):
             if name not in self.fitted_gpus_:
-                notes.append((f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)", sp["gpu"]))
+                arch = _architecture(name)
+                if arch is not None and arch not in self._fitted_architectures():
+                    notes.append((f"GPU {name} not in the fitted data, nor any {arch} GPU (predicted from its datasheet)",
+                                  max(ARCH_LOG, sp["gpu"])))
+                else:
+                    notes.append((f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)",
+                                  sp["gpu"]))
             elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
                 notes.append((f"{q.model} never measured on {name}", sp["pair"]))
             if _path(q, name) not in self.fast_paths_:
@@ -546,6 +567,15 @@ class ThroughputModel:
                 notes.append((f"{what} not in your measurements (calibrated on another study's)",
                               self.spread_log_.get("study", STUDY_LOG)))
         return notes
+
+    def _fitted_architectures(self) -> frozenset[str]:
+        """Architectures of the fitted GPUs (cached: the fitted GPUs do not change after fit)."""
+        key = frozenset(self.fitted_gpus_)
+        cached = getattr(self, "_arch_cache", None)
+        if cached is None or cached[0] != key:
+            cached = (key, frozenset(a for a in map(_architecture, key) if a is not None))
+            self._arch_cache = cached
+        return cached[1]
 
     def _half_width(self, q: _Query, notes: list[tuple[str, float]]) -> float:
         """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
