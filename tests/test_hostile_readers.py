@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from spottrain.catalog.gpus import canonical_gpu, known_gpus
 from spottrain.cli import options
 from spottrain.errors import InputError, SpottrainError
 from spottrain.files import parse_csv, read_csv, read_json
@@ -38,6 +39,16 @@ def _write(data: bytes, name: str = "f.csv") -> Path:
 def _one_line(exc: SpottrainError) -> None:
     assert "\n" not in str(exc).strip(), str(exc)
     assert str(exc)
+
+
+def _result_or_refusal(read, *args, error: type[SpottrainError] = SpottrainError):
+    """What ``read(*args)`` returns, or None when it refuses with a one-line ``error`` (any other
+    exception fails the test)."""
+    try:
+        return read(*args)
+    except error as exc:
+        _one_line(exc)
+        return None
 
 
 # Cells a user might type: numbers of every kind, words, blanks, quotes, non-finite spellings.
@@ -80,10 +91,7 @@ def test_any_bytes_to_every_csv_reader_give_a_result_or_an_input_error(data):
     path = _write(data)
     for reader in (read_measurements, lambda p: read_measurements(p, query=True), read_loss_curves,
                    load_user_trace, read_table):
-        try:
-            reader(path)
-        except SpottrainError as exc:
-            _one_line(exc)
+        _result_or_refusal(reader, path)
 
 
 @SETTINGS
@@ -91,10 +99,7 @@ def test_any_bytes_to_every_csv_reader_give_a_result_or_an_input_error(data):
 def test_any_bytes_as_plan_or_profile_give_a_result_or_an_input_error(data):
     path = _write(data, "f.json")
     for reader in (Plan.load, Profile.load):
-        try:
-            reader(path)
-        except SpottrainError as exc:
-            _one_line(exc)
+        _result_or_refusal(reader, path)
 
 
 @SETTINGS
@@ -102,11 +107,7 @@ def test_any_bytes_as_plan_or_profile_give_a_result_or_an_input_error(data):
 def test_measurement_reader_agrees_with_parse_row(text):
     """The column-at-once reader accepts exactly what parse_row accepts, row for row."""
     path = _write(text.encode())
-    try:
-        fast = read_measurements(path)
-    except SpottrainError as exc:
-        _one_line(exc)
-        fast = None
+    fast = _result_or_refusal(read_measurements, path)
     try:
         header, table = read_table(path)
         missing = [c for c in ("model", "batch_size", "cluster", "ps", "sync", "throughput") if c not in header]
@@ -164,12 +165,9 @@ HAND_EDITED = [
 def test_a_hand_edited_file_gives_a_result_in_range_or_an_input_error(make_doc, load, in_range, data, value):
     doc = make_doc()
     key = data.draw(st.sampled_from(list(_mutations(doc))), label="key")
-    try:
-        result = load(_set(doc, key, value))
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
-    in_range(result)
+    result = _result_or_refusal(load, _set(doc, key, value))
+    if result is not None:
+        in_range(result)
 
 
 trace_cells = st.one_of(st.sampled_from(["0", "5", "3600", "-1", "nan", "inf", "n1", "n2", "start", "revoke", "end",
@@ -183,25 +181,19 @@ trace_cells = st.one_of(st.sampled_from(["0", "5", "3600", "-1", "nan", "inf", "
                         "# colour: red\n", "\ufeff"]))
 def test_generated_traces_give_a_trace_or_an_input_error(rows, meta):
     text = meta + "time_s,source,event,value\n" + "\n".join(",".join(r) for r in rows) + "\n"
-    try:
-        trace = load_user_trace(_write(text.encode(), "t.csv"))
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
-    times = [e.time_s for e in trace.events]
-    assert times == sorted(times) and all(math.isfinite(t) and t >= 0 for t in times)
+    trace = _result_or_refusal(load_user_trace, _write(text.encode(), "t.csv"))
+    if trace is not None:
+        times = [e.time_s for e in trace.events]
+        assert times == sorted(times) and all(math.isfinite(t) and t >= 0 for t in times)
 
 
 @SETTINGS
 @given(st.lists(st.tuples(cells, cells, cells), max_size=6), st.sampled_from(["loss", "accuracy", "f1", "speed"]))
 def test_generated_loss_curves_give_curves_or_an_input_error(rows, metric):
     text = f"step,{metric},batch_size\n" + "\n".join(",".join(r).replace("\n", " ") for r in rows) + "\n"
-    try:
-        curves = read_loss_curves(_write(text.encode(), "c.csv"))
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
-    assert all(all(math.isfinite(v) for v in c.losses) for c in curves)
+    curves = _result_or_refusal(read_loss_curves, _write(text.encode(), "c.csv"))
+    if curves is not None:
+        assert all(all(math.isfinite(v) for v in c.losses) for c in curves)
 
 
 @SETTINGS
@@ -211,16 +203,20 @@ def test_generated_catalogs_give_offers_or_an_input_error(rows):
 
     head = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n"
     text = head + "\n".join(",".join(c.replace(",", ";").replace("\n", " ") for c in r) for r in rows) + "\n"
-    try:
-        cat = load_catalog(_write(text.encode(), "vms.csv"))
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
-    assert all(o.price_usd_per_hour is None or (o.price_usd_per_hour >= 0 and math.isfinite(o.price_usd_per_hour))
-               for o in cat.offers)
+    cat = _result_or_refusal(load_catalog, _write(text.encode(), "vms.csv"))
+    if cat is not None:
+        assert all(o.price_usd_per_hour is None or (o.price_usd_per_hour >= 0 and math.isfinite(o.price_usd_per_hour))
+                   for o in cat.offers)
 
 
 # --- the flag parsers -------------------------------------------------------------------------------
+
+# Valid spellings beside the random text, so that the "in range" half of each property runs too.
+gpu_names = st.sampled_from(known_gpus())
+gpu_spellings = gpu_names.flatmap(lambda g: st.sampled_from([g, g.lower(), f"nvidia {g}", g.replace("-", " ")]))
+durations = st.from_regex(r"[0-9]{1,6}(\.[0-9])?[smhd]?", fullmatch=True)
+clusters = st.lists(st.tuples(st.integers(1, 12_000), gpu_names, st.sampled_from(["", ":1", ":8", ":16", ":32"])),
+                    min_size=1, max_size=3).map(lambda groups: "+".join(f"{n}x{g}{k}" for n, g, k in groups))
 
 
 @SETTINGS
@@ -236,39 +232,28 @@ def test_number_flags_in_range_or_refused(value, integer):
 
 
 @SETTINGS
-@given(st.text(max_size=12))
+@given(st.one_of(st.text(max_size=12), durations))
 def test_duration_flags_in_range_or_refused(text):
-    try:
-        got = options.duration(text, "--duration")
-    except InputError as exc:
-        _one_line(exc)
-        return
-    assert 0 < got <= options.MAX_DURATION_S
+    got = _result_or_refusal(options.duration, text, "--duration", error=InputError)
+    if got is not None:
+        assert 0 < got <= options.MAX_DURATION_S
 
 
 @SETTINGS
-@given(st.text(max_size=14))
+@given(st.one_of(st.text(max_size=14), gpu_spellings))
 def test_gpu_names_exact_or_refused(text):
-    try:
-        got = options.gpu(text, "--gpu")
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
-    from spottrain.catalog.gpus import canonical_gpu
-
-    assert canonical_gpu(got) == got
-    assert all(ch.isascii() and (ch.isalnum() or ch in " ._:+/@=,-") for ch in text.strip())
+    got = _result_or_refusal(options.gpu, text, "--gpu")
+    if got is not None:
+        assert canonical_gpu(got) == got
+        assert all(ch.isascii() and (ch.isalnum() or ch in " ._:+/@=,-") for ch in text.strip())
 
 
 @SETTINGS
-@given(st.text(max_size=20))
+@given(st.one_of(st.text(max_size=20), clusters))
 def test_cluster_flags_within_quota_or_refused(text):
-    try:
-        spec = options.cluster(text, "--cluster")
-    except SpottrainError as exc:
-        _one_line(exc)
-        return
-    assert sum(g.count for g in spec.groups) <= options.MAX_NODES
+    spec = _result_or_refusal(options.cluster, text, "--cluster")
+    if spec is not None:
+        assert sum(g.count for g in spec.groups) <= options.MAX_NODES
 
 
 # --- examples the properties must cover -----------------------------------------------------------
