@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from bench._pages import write_page  # noqa: E402
 from spottrain.runtime.checkpoint import Checkpointer, load_checkpoint  # noqa: E402
 from spottrain.runtime.faults import parse_injections  # noqa: E402
-from spottrain.runtime.local import LocalJob, run_local  # noqa: E402
+from spottrain.runtime.local import LocalJob, job_pids, run_local  # noqa: E402
 from spottrain.runtime.netns import Host, Network, available  # noqa: E402
 from spottrain.runtime.summary import read_worker_events  # noqa: E402
 
@@ -88,22 +88,6 @@ dist.destroy_process_group()
 def _rate(times: list[float]) -> float:
     t = times[WARMUP:]
     return (len(t) - 1) / (t[-1] - t[0])
-
-
-def _job_pids(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose environment carries ``marker`` (the run directory)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in env and state != "Z":
-            out.append(int(d.name))
-    return out
 
 
 def plain_ddp(net: Network, example: str, steps: int) -> float:
@@ -158,9 +142,8 @@ def ours_fault(kind: str, args: argparse.Namespace, tmp: Path, base: dict[str, A
         job = _job(net, args.example, args.steps, tmp, f"ours-{kind}", inject=spec, every=args.every)
         events: list[dict[str, Any]] = []
         s = run_local(job, on_event=lambda k, d: events.append(d) if k == "inject" else None)
-        marker = f"SPOTTRAIN_RUN_DIR={job.run_dir}"
         time.sleep(1.0)
-        orphans = len(_job_pids(marker)) + sum(len(h.pids()) for h in net.hosts)
+        orphans = len(job_pids(job.run_dir)) + sum(len(h.pids()) for h in net.hosts)
     steps = [(e["t"], e["step"]) for e in read_worker_events(job.run_dir) if e["kind"] == "step"]
     row: dict[str, Any] = {"kind": kind, "ok": s.ok, "failure": s.failure, "orphans": orphans,
                            "lost_steps": s.lost_steps, "revocations": s.revocations,
@@ -210,18 +193,17 @@ def _controller_death(kind: str, net: Network, args: argparse.Namespace, tmp: Pa
     ctl.send_signal(signal.SIGKILL if kind == "launcher-kill" else signal.SIGTERM)
     t_kill = time.monotonic()
     ctl.wait(timeout=60)
-    marker = f"SPOTTRAIN_RUN_DIR={run_dir}"
     gone_s = None
     orphans_30 = None
     while time.monotonic() - t_kill < 60:
-        alive = _job_pids(marker)
+        alive = job_pids(run_dir)
         if not alive and gone_s is None:
             gone_s = time.monotonic() - t_kill
             break
         if orphans_30 is None and time.monotonic() - t_kill >= 30:
             orphans_30 = len(alive)
         time.sleep(0.05)
-    leftover = _job_pids(marker)
+    leftover = job_pids(run_dir)
     if orphans_30 is None:
         orphans_30 = len(leftover)
     for pid in leftover:
@@ -283,7 +265,7 @@ def soak(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         s = run_local(job)
         wall = time.monotonic() - t0
         time.sleep(1.0)
-        orphans = len(_job_pids(f"SPOTTRAIN_RUN_DIR={job.run_dir}")) + sum(len(h.pids()) for h in net.hosts)
+        orphans = len(job_pids(job.run_dir)) + sum(len(h.pids()) for h in net.hosts)
     ck = Checkpointer(job.checkpoint_dir, job_id=job.job_id)
     listed = ck.list()
     loadable = sum(1 for info in listed if load_checkpoint(info.path, job_id=job.job_id)["step"] == info.step)

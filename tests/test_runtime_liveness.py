@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 from spottrain.policies import Decision, JobState, NodeOption, register_policy  # noqa: E402
 from spottrain.runtime.checkpoint import load_checkpoint  # noqa: E402
 from spottrain.runtime.faults import parse_injections  # noqa: E402
-from spottrain.runtime.local import LocalJob, run_local  # noqa: E402
+from spottrain.runtime.local import LocalJob, job_pids, run_local  # noqa: E402
 
 STEPS = 40
 WORKERS = 3
@@ -55,22 +55,6 @@ def _params(path: str | Path) -> dict[str, torch.Tensor]:
 
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
-def _workers_of(run_dir: Path) -> list[int]:
-    """Pids of live processes whose environment names this run directory (ours only)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        if f"SPOTTRAIN_RUN_DIR={run_dir}".encode() in env and stat.split(")")[-1].split()[0] != "Z":
-            out.append(int(d.name))
-    return out
 
 
 def test_heartbeat_closed_silent_fenced_and_controller_lost() -> None:
@@ -151,7 +135,7 @@ def test_sigstop_worker_is_declared_lost_and_the_job_goes_on(tmp_path: Path, bas
     aborts = [line for p in job.run_dir.glob("events-*.jsonl") for line in p.read_text().splitlines()
               if '"abort"' in line]
     assert aborts
-    assert _workers_of(job.run_dir) == []
+    assert job_pids(job.run_dir) == []
 
 
 def _cli(tmp: Path, job_id: str, steps: int) -> list[str]:
@@ -175,15 +159,15 @@ def test_launcher_death_leaves_no_worker_and_rerun_resumes(tmp_path: Path, basel
         launcher.kill()
         pytest.fail("training did not start")
     # A stopped worker too: it must not outlive its controller either.
-    pids = _workers_of(tmp_path / "run")
+    pids = job_pids(tmp_path / "run")
     assert len(pids) == WORKERS
     os.kill(pids[-1], signal.SIGSTOP)
     launcher.send_signal(sig)
     launcher.communicate(timeout=60)
     t0 = time.monotonic()
-    while _workers_of(tmp_path / "run") and time.monotonic() - t0 < 30:
+    while job_pids(tmp_path / "run") and time.monotonic() - t0 < 30:
         time.sleep(0.1)
-    left = _workers_of(tmp_path / "run")
+    left = job_pids(tmp_path / "run")
     for pid in left:  # never leave them behind, even when the test fails
         os.kill(pid, signal.SIGKILL)
     assert not left, f"workers still alive 30 s after the launcher's {signal.Signals(sig).name}"
@@ -232,7 +216,7 @@ def test_error_in_training_code_fails_the_job_whatever_its_message(tmp_path: Pat
     assert "RuntimeError" in s.failure and "w1" in s.failure
     assert s.replacements == 0
     assert time.monotonic() - t0 < 120
-    assert _workers_of(job.run_dir) == []
+    assert job_pids(job.run_dir) == []
 
 
 def test_policy_sees_the_simulator_state_and_its_decisions_are_carried_out(tmp_path: Path) -> None:
@@ -290,4 +274,4 @@ def test_policy_sees_the_simulator_state_and_its_decisions_are_carried_out(tmp_p
     assert s.lost_steps == 0 and s.revocations == 0
     later = [x for x in seen if x.event != "tick" or x.now_s > t.now_s]
     assert any(n and all(not v.spot for v in n) for n in (x.nodes for x in later))
-    assert _workers_of(job.run_dir) == []
+    assert job_pids(job.run_dir) == []

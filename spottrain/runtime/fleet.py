@@ -34,6 +34,7 @@ from typing import Any
 from spottrain.policies import Decision, JobState, NodeOption, NodeView, get_policy
 from spottrain.runtime.cloud import ENV_RDZV, LOST, RUNNING, STARTING, SUCCEEDED, NodeGroup, Provider, parse_address
 from spottrain.runtime.liveness import DEFAULT_DEADLINE_S, ENV_LIVENESS, LivenessServer
+from spottrain.runtime.membership import MembershipPublisher
 
 
 @dataclass(kw_only=True)
@@ -111,7 +112,7 @@ class _Node:
     running_since: float | None = None
 
 
-class FleetController:
+class FleetController(MembershipPublisher):
     """Run a :class:`FleetJob` on ``provider``; :meth:`run` returns a :class:`FleetResult`."""
 
     def __init__(self, job: FleetJob, provider: Provider,
@@ -164,20 +165,6 @@ class FleetController:
         self.provider.launch(group, ids, env)
         self.record("launch", group=group.name, market=group.label, nodes=ids)
         return ids
-
-    def publish(self, members: list[str], *, abort: bool = False) -> None:
-        self.gen += 1
-        self.members = members
-        self.store.set(f"gen/{self.gen}/members", json.dumps(members))
-        self.store.set("gen", json.dumps(self.gen))
-        self._set_ctl()
-        # pushed down the heartbeat connections too; ``abort``: a member was lost, and survivors
-        # hung in a collective with it give up the collective at once
-        self.liveness.broadcast({"gen": self.gen, "abort": abort})
-        self.record("membership", gen=self.gen, members=list(members), world=len(members))
-
-    def _set_ctl(self) -> None:
-        self.store.set("ctl", json.dumps({"gen": self.gen, "ckpt": self.ckpt_requests}))
 
     def _key(self, key: str) -> Any | None:
         if not self.store.check([key]):
@@ -245,8 +232,7 @@ class FleetController:
 
     def execute(self, d: Decision, event: str, subject: str | None) -> None:
         if d.checkpoint_now and event != "notice":
-            self.ckpt_requests += 1
-            self._set_ctl()
+            self.request_checkpoint()
         if event == "notice" and subject is not None:
             self.store.set(f"decision/{subject}", json.dumps({"checkpoint_now": d.checkpoint_now}))
         by_group: dict[str, list[NodeOption]] = {}

@@ -54,9 +54,12 @@ from spottrain.policies import Decision, JobState, NodeOption, NodeView, get_pol
 from spottrain.runtime.elastic import ENV_RDZV, ENV_WORKER_ID, EXIT_FENCED, EXIT_LEFT, EXIT_STOPPED
 from spottrain.runtime.faults import Injection, needs_hosts
 from spottrain.runtime.liveness import DEFAULT_DEADLINE_S, ENV_LIVENESS, LivenessServer
+from spottrain.runtime.membership import MembershipPublisher
 from spottrain.runtime.summary import RunSummary, summarize
 
 TICK_S = 0.02
+ENV_RUN_DIR = "SPOTTRAIN_RUN_DIR"
+"""Every worker's environment names its job's run directory: how the job's processes are found."""
 LOCAL_OPTION = NodeOption(instance_type="local", gpu="cpu", spot=True, zone=None, price_usd_per_hour=0.0,
                           throughput=1.0, delay_s=2.0)
 
@@ -142,7 +145,7 @@ class _Stop(Exception):
     pass
 
 
-class _Controller:
+class _Controller(MembershipPublisher):
     def __init__(self, job: LocalJob, on_event: Callable[[str, dict[str, Any]], None] | None) -> None:
         self.job = job
         self.on_event = on_event or (lambda kind, data: None)
@@ -191,20 +194,6 @@ class _Controller:
         self.events.append(ev)
         self.on_event(kind, ev)
 
-    def publish(self, members: list[str], *, abort: bool = False) -> None:
-        self.gen += 1
-        self.members = members
-        self.store.set(f"gen/{self.gen}/members", json.dumps(members))
-        self.store.set("gen", json.dumps(self.gen))
-        self._set_ctl()
-        # Pushed down the heartbeat connections too: survivors hung in a collective with a lost
-        # member abandon it at once (abort), instead of waiting for the collective's timeout.
-        self.liveness.broadcast({"gen": self.gen, "abort": abort})
-        self.record("membership", gen=self.gen, members=list(members), world=len(members))
-
-    def _set_ctl(self) -> None:
-        self.store.set("ctl", json.dumps({"gen": self.gen, "ckpt": self.ckpt_requests}))
-
     def _host_for(self, slot: int) -> Any:
         if self.job.network is None and not self.job.hosts:
             return None
@@ -229,7 +218,7 @@ class _Controller:
         host = self._host_for(slot)
         env = {**os.environ, **self.job.env, ENV_RDZV: f"{self.job.controller_address}:{self.store.port}",
                ENV_LIVENESS: self.liveness.endpoint, ENV_WORKER_ID: wid,
-               "SPOTTRAIN_RUN_DIR": str(self.job.run_dir), "SPOTTRAIN_JOB_ID": self.job.job_id,
+               ENV_RUN_DIR: str(self.job.run_dir), "SPOTTRAIN_JOB_ID": self.job.job_id,
                "OMP_NUM_THREADS": self.job.env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
         command = list(self.job.command)
         if host is not None:
@@ -324,8 +313,7 @@ class _Controller:
             for w in [w for w in self.live() if w.wid not in self.members and w.option.spot]:
                 self._kill(w, "switch to on-demand: spot request cancelled")
         if d.checkpoint_now and event != "notice":  # a notice's answer goes to the leaver itself
-            self.ckpt_requests += 1
-            self._set_ctl()
+            self.request_checkpoint()
         batch = None
         if d.request:
             self.batches += 1
@@ -708,6 +696,26 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def job_pids(run_dir: str | os.PathLike[str]) -> list[int]:
+    """Live (not zombie) processes of the job whose run directory is ``run_dir``: the workers
+    (their environment holds ``SPOTTRAIN_RUN_DIR=<run_dir>``) and the children that inherited it,
+    on any network-namespace host of this machine. For orphan checks: after a job (or its
+    launcher) has ended this should be empty."""
+    entry = f"{ENV_RUN_DIR}={run_dir}".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if entry in env.split(b"\0") and state != "Z":
+            out.append(int(d.name))
+    return out
 
 
 def default_run_dir(base: str | os.PathLike[str] | None, job_id: str) -> Path:
