@@ -61,17 +61,25 @@ SMALL = ["plan", "--model", "resnet50", "--batch-size", "32", "--epochs", "1", "
 REQUESTS = {"ResNet-50, 90 epochs, 12 h": CLI[:-1], "ResNet-50, 1 epoch, 2 h": SMALL}
 
 
-def cli_cold(runs: int = 3, cli: list[str] = CLI, cpu: list[float] | None = None) -> list[float]:
+def cli_cold(runs: int = 3, cli: list[str] = CLI, cpu: list[float] | None = None, code: str | None = None,
+             argv: list[str] | None = None) -> list[float]:
     """Wall time of whole `spottrain plan` processes (each one a cold start: imports, lifetime
-    models, perf queries, solve, baselines, Pareto front, rendering); ``cpu`` gets each one's CPU s."""
+    models, perf queries, solve, baselines, rendering); ``cpu`` gets each one's CPU s. ``code``: a
+    checkout whose spottrain runs instead of this one (the before of a before/after); ``argv``: a
+    command line instead of ``python -m spottrain.cli.main *cli``."""
+    import os
     import resource
     import subprocess
 
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = code
     out = []
     for _ in range(runs):
         c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "spottrain.cli.main", *cli], capture_output=True, text=True)
+        r = subprocess.run(argv or [sys.executable, "-m", "spottrain.cli.main", *cli], capture_output=True, text=True,
+                           env=env, cwd=code)
         out.append(time.perf_counter() - t)
         c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if cpu is not None:
@@ -207,10 +215,55 @@ def small(catalog, w):
     return out
 
 
+def before_after(before: str | None, runs: int = 3) -> list[str]:
+    """The same cold `spottrain plan` commands on the code of ``before`` (a checkout of an earlier
+    commit) and on this one, alternating, with the start-up floors measured beside them."""
+    import statistics as st
+
+    cases = [("ResNet-50, 1 epoch, 2 h, --no-refine", SMALL + ["--no-refine"]),
+             ("ResNet-50, 1 epoch, 2 h (refined)", SMALL),
+             ("ResNet-50, 90 epochs, 12 h, --no-refine", CLI),
+             ("ResNet-50, 90 epochs, 12 h (refined)", CLI[:-1])]
+    lines = ["| command | before: median wall s | CPU s | now: median wall s | CPU s | before / now (CPU) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, cli in cases:
+        got = {}
+        for side, code in (("before", before), ("now", None)):
+            if side == "before" and before is None:
+                continue
+            cpu: list[float] = []
+            wall = cli_cold(runs, cli, cpu, code=code)
+            got[side] = (st.median(wall), st.median(cpu))
+        b = got.get("before")
+        n = got["now"]
+        lines.append(f"| `{' '.join(cli[1:])}` | {b[0]:.2f} | {b[1]:.2f} | **{n[0]:.2f}** | **{n[1]:.2f}** | "
+                     f"**{b[1] / n[1]:.2f}x** |" if b else
+                     f"| `{' '.join(cli[1:])}` | - | - | **{n[0]:.2f}** | **{n[1]:.2f}** | - |")
+        print(lines[-1], flush=True)
+    floors = []
+    for name, argv in (("python -c pass", [sys.executable, "-c", "pass"]),
+                       ("spottrain --help", [sys.executable, "-m", "spottrain.cli.main", "--help"]),
+                       ("import spottrain.planner.api", [sys.executable, "-c", "import spottrain.planner.api"]),
+                       ("import scipy.special, scipy.optimize",
+                        [sys.executable, "-c", "import scipy.special, scipy.optimize"])):
+        cpu = []
+        wall = cli_cold(runs, [], cpu, argv=argv)
+        floors.append(f"{name}: {st.median(wall):.2f} s wall, {st.median(cpu):.2f} s CPU")
+    lines += ["", "Start-up floors in the same run (median of 3 processes): " + "; ".join(floors) + "."]
+    print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> int:
+    import argparse
     import os
 
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--before", default=None, help="a checkout of an earlier commit: its cold `plan` commands are "
+                    "timed beside this one's")
+    args = ap.parse_args()
     load0 = os.getloadavg()[0]
+    ba = before_after(args.before)
     cli_cpu: list[float] = []
     cli = cli_cold(cpu=cli_cpu)
     print(f"cold CLI wall: {', '.join(f'{t:.2f}' for t in cli)} s")
@@ -251,7 +304,7 @@ def main() -> int:
     print("\n".join(sl))
     md = [
         "# Planner", "",
-        "Command: `.venv/bin/python bench/planner.py`", "",
+        "Command: `.venv/bin/python bench/planner.py" + (f" --before {args.before}" if args.before else "") + "`", "",
         f"Machine: {machine()} (shared with other work while measured).", "",
         f"Catalog: shipped catalog, {len(catalog.offers):,} GPU offers; workload ResNet-50, batch 64 per GPU, "
         f"90 ImageNet epochs ({SAMPLES:,} samples); sync all-reduce; spot and on-demand; mixes of up to 3 types.", "",
@@ -261,8 +314,11 @@ def main() -> int:
         "(goal <= 0.1 s; anchors: spotDNN 0.2-0.3 s at 70 instances, Srifty's exhaustive search up to 1,500 s)", "",
         *lines, "",
         "## Cold start of the command", "",
-        f"Load average when this script started: {load0:.1f} (2 cores, shared): wall seconds include waiting for a "
-        "core; CPU seconds do not.", "",
+        f"Load average when this script started: {load0:.1f} (2 cores, shared with other engineers' tests and "
+        "benchmarks): wall seconds include waiting for a core; CPU seconds do not.", "",
+        "Before and after, same run, alternating fresh processes (3 each, medians)"
+        + (f"; before = the code of `{args.before}`:" if args.before else ":"), "",
+        *ba, "",
         f"`spottrain plan {' '.join(CLI[1:])}` as a fresh process, {len(cli)} runs: "
         f"**{statistics.median(cli):.2f} s** median wall ({', '.join(f'{t:.2f}' for t in cli)} s; CPU "
         f"{', '.join(f'{t:.2f}' for t in cli_cpu)} s), goal <= 1 s.", "",
