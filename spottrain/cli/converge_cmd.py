@@ -63,7 +63,34 @@ def converge(
       spottrain converge --curves runs.csv --target-loss 0.15 --workers 8 --workers 16
       spottrain converge --curves pollux_cifar10.csv --sync sync --target 0.85 --global-batch 768
     """
-    from spottrain.perf.convergence import FORMS, ConvergenceModel, read_loss_curves
+    from spottrain.perf.batch_scaling import applies_to
+    from spottrain.perf.convergence import read_loss_curves
+    from spottrain.perf.own_runs import cli_own_curves
+
+    _check_flags(curves, sync=sync, form=form, target_loss=target_loss, target=target, workers=workers,
+                 global_batch=global_batch, batch_size=batch_size)
+    bounds = _boundaries(lr_boundaries)
+    data = read_loss_curves(curves, batch_size=batch_size)
+    cli_own_curves(from_store, echo=lambda text, warning: err.print(("[yellow]warning:[/] " if warning else "")
+                                                                     + escape(text), highlight=False, soft_wrap=True))
+    if target is not None:
+        target_loss = _targets_as_losses(data, target)
+    if sync == "sync" and applies_to(data):
+        _converge_batch(curves, data, target_loss, workers, global_batch, batch_size, as_json)
+        return
+    if applies_to(data) and not as_json:
+        err.print("[yellow]note:[/] these are synchronous runs at several global batch sizes: --sync sync predicts "
+                  "per global batch with the batch-size model; --sync async (the default) fits the parameter-server "
+                  "staleness model", highlight=False)
+    _converge_workers(curves, data, target_loss, workers, batch_size, sync=sync, form=form, bounds=bounds,
+                      as_json=as_json)
+
+
+def _check_flags(curves: Path, *, sync: str, form: str, target_loss: list[float] | None, target: list[float] | None,
+                 workers: list[int] | None, global_batch: list[int] | None, batch_size: float | None) -> None:
+    """Every flag checked before the curves are read; the first wrong one is named (exit 2)."""
+    from spottrain.cli import options
+    from spottrain.perf.convergence import FORMS
 
     if sync not in ("sync", "async"):
         raise InputError(f"expected sync or async, got {sync!r}", column="--sync")
@@ -84,8 +111,6 @@ def converge(
         raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if batch_size is not None and not batch_size > 0:
         raise InputError(f"expected a batch size > 0, got {batch_size:g}", column="--batch-size")
-    from spottrain.cli import options
-
     for n in workers or ():
         options.count(n, "--workers", high=options.MAX_NODES)
     for b in global_batch or ():
@@ -94,38 +119,30 @@ def converge(
     if len(workers or ()) + len(global_batch or ()) + len(target_loss or ()) + len(target or ()) > 1000:
         raise InputError("more than 1000 worker counts, batch sizes and targets: give fewer", column="--workers")
     options.input_file(curves, "--curves")
-    bounds = _boundaries(lr_boundaries)
-    data = read_loss_curves(curves, batch_size=batch_size)
 
-    from spottrain.perf.own_runs import cli_own_curves
 
-    cli_own_curves(from_store, echo=lambda text, warning: err.print(("[yellow]warning:[/] " if warning else "")
-                                                                     + escape(text), highlight=False, soft_wrap=True))
-    if target is not None:
-        first = data[0]
-        higher = first.metric not in ("loss", "error")
-        for v in target:
-            if higher and not v > 0:
-                raise InputError(f"the curves' metric is {first.metric}: expected a target > 0, got {v:g}",
-                                 column="--target")
-            if not higher and not v > 0:
-                raise InputError(f"the curves' metric is {first.metric}: expected a target > 0, got {v:g}",
-                                 column="--target")
-        losses = [data[0].to_loss(v) for v in target]
-        if any(not v > 0 for v in losses):
-            best = data[0].from_loss(0.0)
-            raise InputError(f"expected targets short of the perfect {data[0].metric} {best:g}, got {target}",
+def _targets_as_losses(data: list, target: list[float]) -> list[float]:
+    """--target values of the curves' own metric (accuracy, F1, loss) as the losses the models fit."""
+    first = data[0]
+    for v in target:
+        if not v > 0:
+            raise InputError(f"the curves' metric is {first.metric}: expected a target > 0, got {v:g}",
                              column="--target")
-        target_loss = losses
-    from spottrain.perf.batch_scaling import applies_to
+    losses = [first.to_loss(v) for v in target]
+    if any(not v > 0 for v in losses):
+        best = first.from_loss(0.0)
+        raise InputError(f"expected targets short of the perfect {first.metric} {best:g}, got {target}",
+                         column="--target")
+    return losses
 
-    if sync == "sync" and applies_to(data):
-        _converge_batch(curves, data, target_loss, workers, global_batch, batch_size, as_json)
-        return
-    if applies_to(data) and not as_json:
-        err.print("[yellow]note:[/] these are synchronous runs at several global batch sizes: --sync sync predicts "
-                  "per global batch with the batch-size model; --sync async (the default) fits the parameter-server "
-                  "staleness model", highlight=False)
+
+def _converge_workers(path: Path, data: list, target_loss: list[float], workers: list[int] | None,
+                      batch_size: float | None, *, sync: str, form: str, bounds: tuple[float, ...] | str | None,
+                      as_json: bool) -> None:
+    """Predictions per worker count from the convergence model (spotDNN's loss model, or its
+    staleness form per learning-rate phase)."""
+    from spottrain.perf.convergence import ConvergenceModel
+
     with err.status("fitting the convergence model ...", spinner="dots"):
         model = ConvergenceModel(lr_boundaries=bounds, form=form).fit(data)
     b = batch_size or data[0].batch_size
@@ -135,31 +152,36 @@ def converge(
     if far and not as_json:
         err.print(f"[yellow]warning:[/] extrapolating to {', '.join(map(str, far))} {'worker' if len(far) == 1 and far[0] == 1 else 'workers'}; the curves have "
                   f"{', '.join(map(str, fitted_n))}", highlight=False)
-    out = []
-    for t in target_loss:
-        for n in counts:
-            if sync == "sync":
-                steps = model.steps_to_target(t, batch_size_global=b * n, workers=n, staleness=0.0)
-                per_step = b * n
-            else:
-                steps = model.steps_to_target(t, batch_size_global=b, workers=n)
-                per_step = b
-            low, high = model.steps_interval(t, batch_size_global=per_step if sync == "sync" else b, workers=n,
-                                             staleness=0.0 if sync == "sync" else None)
-            out.append({"target_loss": t, "workers": n, "batch_size": b, "sync": sync,
-                        "steps": None if math.isinf(steps) else steps,
-                        "steps_low": None if math.isinf(low) else low,
-                        "steps_high": None if math.isinf(high) else high,
-                        "samples": None if math.isinf(steps) else steps * per_step,
-                        "at_lr_drop": any(abs(steps - lo) < 1e-6 for lo in model.lr_boundaries_),
-                        "extrapolated": n in far})
-    fitted = {"lr_boundaries": list(model.lr_boundaries_), "residual_std": model.residual_std_,
-              "steps_log_error_q90": model.steps_log_error_q90(),
-              "phases": [{"start_step": lo, "coef": dict(zip(("g1", "g2", "g3", "g4", "g5", "g6"), c))}
-                         for lo, c in model.phases_]}
+    out = [_workers_row(model, t, n, b, sync=sync, extrapolated=n in far) for t in target_loss for n in counts]
     if as_json:
-        print(json.dumps({"curves": str(curves), "form": form, **fitted, "predictions": out}, indent=1))
+        fitted = {"lr_boundaries": list(model.lr_boundaries_), "residual_std": model.residual_std_,
+                  "steps_log_error_q90": model.steps_log_error_q90(),
+                  "phases": [{"start_step": lo, "coef": dict(zip(("g1", "g2", "g3", "g4", "g5", "g6"), c))}
+                             for lo, c in model.phases_]}
+        print(json.dumps({"curves": str(path), "form": form, **fitted, "predictions": out}, indent=1))
         return
+    _print_workers_table(model, data, out, form=form, sync=sync)
+
+
+def _workers_row(model, t: float, n: int, b: float, *, sync: str, extrapolated: bool) -> dict:
+    """Steps, their ~90 % interval and samples to loss ``t`` on ``n`` workers of batch ``b``."""
+    per_step = b * n if sync == "sync" else b
+    if sync == "sync":
+        steps = model.steps_to_target(t, batch_size_global=per_step, workers=n, staleness=0.0)
+    else:
+        steps = model.steps_to_target(t, batch_size_global=b, workers=n)
+    low, high = model.steps_interval(t, batch_size_global=per_step, workers=n,
+                                     staleness=0.0 if sync == "sync" else None)
+    return {"target_loss": t, "workers": n, "batch_size": b, "sync": sync,
+            "steps": None if math.isinf(steps) else steps,
+            "steps_low": None if math.isinf(low) else low,
+            "steps_high": None if math.isinf(high) else high,
+            "samples": None if math.isinf(steps) else steps * per_step,
+            "at_lr_drop": any(abs(steps - lo) < 1e-6 for lo in model.lr_boundaries_),
+            "extrapolated": extrapolated}
+
+
+def _print_workers_table(model, data: list, out: list[dict], *, form: str, sync: str) -> None:
     where = ", ".join(f"{plural(c.workers, 'worker')}, batch {c.batch_size:g}: {len(c.steps)} points" for c in data)
     bound_text = ", ".join(f"{s:,.0f}" for s in model.lr_boundaries_) or "none"
     t = Table(box=box.SIMPLE_HEAD, title=f"steps to target ({form} form, {sync}; LR drops at {bound_text}; "
