@@ -150,7 +150,8 @@ def _converge_workers(path: Path, data: list, target_loss: list[float], workers:
     fitted_n = model.worker_counts_
     far = [n for n in counts if n > 2 * fitted_n[-1] or n < fitted_n[0] / 2]
     if far and not as_json:
-        err.print(f"[yellow]warning:[/] extrapolating to {', '.join(map(str, far))} {'worker' if len(far) == 1 and far[0] == 1 else 'workers'}; the curves have "
+        noun = "worker" if len(far) == 1 and far[0] == 1 else "workers"
+        err.print(f"[yellow]warning:[/] extrapolating to {', '.join(map(str, far))} {noun}; the curves have "
                   f"{', '.join(map(str, fitted_n))}", highlight=False)
     out = [_workers_row(model, t, n, b, sync=sync, extrapolated=n in far) for t in target_loss for n in counts]
     if as_json:

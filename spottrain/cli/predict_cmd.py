@@ -65,9 +65,27 @@ def predict(
       spottrain predict --model resnet50 --batch-size 64 --cluster 4xV100 --ps 1 --sync async
       spottrain predict --measurements M.csv --queries Q.csv --out P.csv
     """
+    sync, precision = _check_flags(measurements=measurements, queries=queries, out=out, force=force, profile=profile,
+                                   model=model, batch_size=batch_size, cluster=cluster, ps=ps,
+                                   network_gbps=network_gbps, sync=sync, precision=precision)
+    if queries is not None:
+        _predict_queries(queries, measurements, out=out, as_json=as_json, from_store=from_store)
+        return
+    if cluster is None:
+        raise InputError("give --cluster (with --profile or --model), or --queries", column="--cluster")
+    if (profile is None) == (model is None):
+        raise InputError("give exactly one of --profile or --model", column="--profile")
+    workload = _workload(profile, model, batch_size, precision)
+    _predict_cluster(workload, cluster, measurements, ps=ps, sync=sync, network_gbps=network_gbps, as_json=as_json,
+                     from_store=from_store)
+
+
+def _check_flags(*, measurements: Path | None, queries: Path | None, out: Path | None, force: bool,
+                 profile: Path | None, model: str | None, batch_size: int | None, cluster: str | None, ps: int,
+                 network_gbps: float | None, sync: str, precision: str) -> tuple[str, str]:
+    """Every flag checked before anything is read; the first wrong one is named (exit 2). Returns
+    ``sync`` and ``precision`` as spelled in the model."""
     from spottrain.cli import options
-    from spottrain.perf import Workload, predict_throughput, read_measurements, write_measurements
-    from spottrain.perf.throughput import ExtrapolationWarning
 
     options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
     options.count(ps, "--ps", low=0, high=1000)
@@ -83,55 +101,65 @@ def predict(
     if out is not None and queries is None:
         raise InputError("--out writes the predictions of --queries; give --queries", column="--out")
     options.output(out, "--out", force=force)
-    if queries is not None:
-        qrows = read_measurements(queries, query=True)
-        from spottrain.perf.own_runs import cli_own_runs
+    return sync, precision
 
-        fitted = _fit(measurements, own=cli_own_runs(from_store, [q.model for q in qrows], echo=_echo))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ExtrapolationWarning)
-            preds = fitted.predict(qrows)
-        far = [(q, p) for q, p in zip(qrows, preds) if p.extrapolated]
-        if far:  # one line, however many queries: the --out table marks each (column extrapolated)
-            q, p = far[0]
-            _echo(f"{len(far)} of {len(preds)} queries are outside the fitted data, their intervals widened "
-                  f"(line {q.line}: {'; '.join(p.notes)})", True)
-        cols = {"throughput_pred": [round(p.throughput, 3) for p in preds],
-                "throughput_low": [round(p.low, 3) for p in preds],
-                "throughput_high": [round(p.high, 3) for p in preds],
-                "step_time_s_pred": [round(p.iteration_time_s, 6) for p in preds],
-                "sync_time_s_pred": ["" if p.sync_time_s is None else round(p.sync_time_s, 6) for p in preds],
-                "bottleneck": [p.bottleneck for p in preds],
-                "extrapolated": [int(p.extrapolated) for p in preds]}
-        if out is not None:
-            write_measurements(qrows, out, extra_columns=cols)
-        if as_json:
-            print(json.dumps([{"model": q.model, "cluster": str(q.cluster), "ps": q.ps, "sync": q.sync, **p.to_dict()}
-                              for q, p in zip(qrows, preds)], indent=1))
-            return
-        _table(qrows, preds, title=f"{len(preds)} prediction(s)" + (f", written to {out}" if out else ""))
-        return
-    if cluster is None:
-        raise InputError("give --cluster (with --profile or --model), or --queries", column="--cluster")
-    if (profile is None) == (model is None):
-        raise InputError("give exactly one of --profile or --model", column="--profile")
-    if precision not in ("fp32", "fp16"):
-        raise InputError(f"expected fp32 or fp16, got {precision!r}", column="--precision")
-    if profile is not None:
-        from spottrain.profiler.schema import Profile
 
-        Profile.load(profile)  # the file reader and the profile schema: one-line errors
-        from spottrain.files import read_json
-
-        workload = Workload.from_profile(read_json(profile, what="profile file"), batch_size)
-    else:
-        workload = Workload.from_zoo(model, batch_size, precision=precision)
+def _predict_queries(queries: Path, measurements: Path | None, *, out: Path | None, as_json: bool,
+                     from_store: bool | None) -> None:
+    """Predict every row of a query table: a table, JSON, and with --out the rows and predictions as CSV."""
+    from spottrain.perf import read_measurements, write_measurements
     from spottrain.perf.own_runs import cli_own_runs
+    from spottrain.perf.throughput import ExtrapolationWarning
+
+    qrows = read_measurements(queries, query=True)
+    fitted = _fit(measurements, own=cli_own_runs(from_store, [q.model for q in qrows], echo=_echo))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExtrapolationWarning)
+        preds = fitted.predict(qrows)
+    far = [(q, p) for q, p in zip(qrows, preds) if p.extrapolated]
+    if far:  # one line, however many queries: the --out table marks each (column extrapolated)
+        q, p = far[0]
+        _echo(f"{len(far)} of {len(preds)} queries are outside the fitted data, their intervals widened "
+              f"(line {q.line}: {'; '.join(p.notes)})", True)
+    cols = {"throughput_pred": [round(p.throughput, 3) for p in preds],
+            "throughput_low": [round(p.low, 3) for p in preds],
+            "throughput_high": [round(p.high, 3) for p in preds],
+            "step_time_s_pred": [round(p.iteration_time_s, 6) for p in preds],
+            "sync_time_s_pred": ["" if p.sync_time_s is None else round(p.sync_time_s, 6) for p in preds],
+            "bottleneck": [p.bottleneck for p in preds],
+            "extrapolated": [int(p.extrapolated) for p in preds]}
+    if out is not None:
+        write_measurements(qrows, out, extra_columns=cols)
+    if as_json:
+        print(json.dumps([{"model": q.model, "cluster": str(q.cluster), "ps": q.ps, "sync": q.sync, **p.to_dict()}
+                          for q, p in zip(qrows, preds)], indent=1))
+        return
+    _table(qrows, preds, title=f"{len(preds)} prediction(s)" + (f", written to {out}" if out else ""))
+
+
+def _workload(profile: Path | None, model: str | None, batch_size: int | None, precision: str):
+    """The workload of a profile file or of a zoo model."""
+    from spottrain.perf import Workload
+
+    if profile is None:
+        return Workload.from_zoo(model, batch_size, precision=precision)
+    from spottrain.files import read_json
+    from spottrain.profiler.schema import Profile
+
+    Profile.load(profile)  # the file reader and the profile schema: one-line errors
+    return Workload.from_profile(read_json(profile, what="profile file"), batch_size)
+
+
+def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: int, sync: str,
+                     network_gbps: float | None, as_json: bool, from_store: bool | None) -> None:
+    """Predict one workload on one cluster (with the own runs' rows of it when the store has some)."""
+    from spottrain.perf import predict_throughput
+    from spottrain.perf.own_runs import cli_own_runs
+    from spottrain.perf.throughput import ExtrapolationWarning
 
     own = cli_own_runs(from_store, workload.model, echo=_echo, cluster=cluster, batch_size=workload.batch_size,
                        precision=workload.precision)
     if own and workload.step_time_s_ref:  # the runs' rows are fitted; a profile's one step time would override them
-
         workload = dataclasses.replace(workload, step_time_s_ref=None, ref_gpu=None)
     fitted = _fit(measurements, own=own)
     with warnings.catch_warnings(record=True) as caught:
@@ -144,14 +172,13 @@ def predict(
     notes = list(pred.notes) or [str(w.message) for w in caught]
     if notes:  # one line
         _echo("extrapolating, interval widened: " + "; ".join(notes), True)
-    console = Console()
     t = Table(box=box.SIMPLE_HEAD, title=f"{workload.model}, batch {workload.batch_size}/GPU on {cluster}"
               f" ({'ps=' + str(ps) + ', ' + sync if ps else 'all-reduce, ' + sync})")
     for c in ("samples/s", "90% interval", "step time", "bottleneck"):
         t.add_column(c, justify="right")
-    t.add_row(f"{pred.throughput:,.1f}", f"{pred.low:,.1f} - {pred.high:,.1f}", f"{pred.iteration_time_s * 1000:.1f} ms",
-              pred.bottleneck + (" (extrapolated)" if pred.extrapolated else ""))
-    console.print(t)
+    t.add_row(f"{pred.throughput:,.1f}", f"{pred.low:,.1f} - {pred.high:,.1f}",
+              f"{pred.iteration_time_s * 1000:.1f} ms", pred.bottleneck + (" (extrapolated)" if pred.extrapolated else ""))
+    Console().print(t)
 
 
 def _table(rows, preds, title: str) -> None:
