@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from spottrain.perf import Workload
@@ -215,3 +217,22 @@ def test_pareto_candidates_keep_the_region_of_their_front_point():
         pt = front.get((p.label, p.groups[0].region))
         assert pt is not None, p.label
         assert p.prediction.cost_usd == pytest.approx(pt["cost_usd"], rel=1e-9)
+
+
+def test_front_candidates_do_not_depend_on_the_swept_pareto_front():
+    # refine reads the homogeneous front of the request's markets itself: a result planned without
+    # the (MILP-swept, time-limited) Pareto front gives the same candidates, and every front
+    # candidate is a homogeneous column no other column beats on both expected time and cost
+    result, ctx = _request(regions=["us-west-2", "us-east-1"], deadline_h=36.0,
+                           instance_types=[P3_16, "p3.2xlarge", "g4dn.12xlarge"])
+    bare = dataclasses.replace(result, pareto=[])
+    with_front = [(o, p.label, p.groups[0].region) for o, p in candidate_plans(ctx, result)]
+    without = [(o, p.label, p.groups[0].region) for o, p in candidate_plans(ctx, bare)]
+    assert with_front == without
+    front = [p for o, p in candidate_plans(ctx, result) if o == "pareto"]
+    assert front
+    cols = ctx.cols
+    cost = cols.price_rate / 3600.0 * cols.time_mean_s
+    for p in front:
+        t, c = p.prediction.duration_s, p.prediction.cost_usd
+        assert not ((cols.time_mean_s < t * (1 - 1e-9)) & (cost < c * (1 - 1e-9))).any(), p.label
