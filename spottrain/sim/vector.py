@@ -22,6 +22,9 @@ model - this module runs the *same job model* with the state of all runs held in
 
 Ticks of deadline policies are not stepped one by one: within a segment the slack of
 uniform progress is linear in time, so the first tick at which it is gone is computed directly.
+Nor are uneventful checkpoint cycles (:meth:`_Batch._whole_cycles`): the cycles a run goes through
+before anything else can happen to it are summed in one step, with the steps' additions in the
+steps' order, so the runs are bit for bit those of stepping through them.
 
 Covered (:func:`unsupported` says why not otherwise): policies in :data:`POLICIES`; plans of
 one node group (spot or on-demand); synchronous training; no price trace; no chief-loss
