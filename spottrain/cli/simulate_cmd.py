@@ -48,12 +48,40 @@ def simulate(
 
     Example: spottrain simulate --plan plan.json --trace skypilot-availability-16-node-aws-08-27-2023-us-west-2a_v100_1 --runs 1000
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from spottrain.plan_file import Plan
     from spottrain.sim import montecarlo
+    from spottrain.sim.setup import SimParams
     from spottrain.sim.timeline import timeline_png
 
+    _check_flags(plan, model=model, runs=runs, workers=workers, alternatives=alternatives, seed=seed, trace=trace,
+                 prices=prices, policy=policy, report=report, timeline=timeline, force=force)
+    the_plan = Plan.load(plan)
+    params = SimParams(price_trace=prices)
+    if alternatives is not None:
+        params = SimParams(price_trace=prices, max_alternatives=alternatives,
+                           alternatives=() if alternatives == 0 else None)
+    res = _simulate_with_progress(the_plan, trace=trace, fitted=model == "fitted", policies=policy or None, runs=runs,
+                                  seed=seed, workers=workers, params=params)
+    first = res.summaries[0].policy
+    one = None
+    if timeline is not None or report is not None:
+        one = montecarlo.timeline_run(the_plan, trace=trace, model=model == "fitted", policy=first, seed=seed,
+                                      params=params)
+    if timeline is not None:
+        timeline.parent.mkdir(parents=True, exist_ok=True)
+        timeline.write_bytes(timeline_png(one, title=f"{the_plan.cluster}, policy {first}, run 0 (seed {seed})"))
+    if report is not None:
+        _write_report(report, the_plan, res, one, force)
+    if as_json:
+        print(json.dumps(res.to_dict(), indent=1))
+        return
+    _print_summary(res, the_plan, alternatives=alternatives, timeline=timeline, report=report)
+
+
+def _check_flags(plan: Path, *, model: str | None, runs: int, workers: int | None, alternatives: int | None,
+                 seed: int, trace: str | None, prices: str | None, policy: list[str] | None, report: Path | None,
+                 timeline: Path | None, force: bool) -> None:
+    """Every flag checked before the plan is read or a run starts; the first wrong one is named (exit 2)."""
     from spottrain.cli import options
 
     if model is not None and model != "fitted":
@@ -73,40 +101,25 @@ def simulate(
         options.output(report, "--report", force=force, suffixes=(".html", ".htm"))
     if timeline is not None:
         options.output(timeline, "--timeline", force=force, suffixes=(".png",))
-    if timeline is not None:
-        if timeline.suffix.lower() != ".png":
-            raise InputError("timeline file name must end in .png", column="--timeline")
-        if timeline.exists() and not force:
-            raise InputError("file exists; pass --force to overwrite it", file=str(timeline))
-    the_plan = Plan.load(plan)
-    from spottrain.sim.setup import SimParams
 
-    params = SimParams(price_trace=prices)
-    if alternatives is not None:
-        params = SimParams(price_trace=prices, max_alternatives=alternatives,
-                           alternatives=() if alternatives == 0 else None)
-    policies = policy or None
-    total = runs * len(policies or ([the_plan.policy] + [p for p in montecarlo.DEFAULT_POLICIES if p != the_plan.policy]))
+
+def _simulate_with_progress(plan, *, trace: str | None, fitted: bool, policies: list[str] | None, runs: int,
+                            seed: int, workers: int | None, params):
+    """The Monte Carlo runs of every policy (default: the plan's and the baselines), with a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from spottrain.sim import montecarlo
+
+    total = runs * len(policies or ([plan.policy] + [p for p in montecarlo.DEFAULT_POLICIES if p != plan.policy]))
     with Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
         task = bar.add_task("runs", total=total)
-        res = montecarlo.simulate(the_plan, trace=trace, model=model == "fitted", policies=policies, runs=runs,
-                                  seed=seed, workers=workers, params=params,
-                                  progress=lambda n: bar.advance(task, n))
-    first = res.summaries[0].policy
-    one = None
-    if timeline is not None or report is not None:
-        one = montecarlo.timeline_run(the_plan, trace=trace, model=model == "fitted", policy=first, seed=seed,
-                                      params=params)
-    if timeline is not None:
-        timeline.parent.mkdir(parents=True, exist_ok=True)
-        timeline.write_bytes(timeline_png(one, title=f"{the_plan.cluster}, policy {first}, run 0 (seed {seed})"))
-    if report is not None:
-        _write_report(report, the_plan, res, one, force)
-    if as_json:
-        print(json.dumps(res.to_dict(), indent=1))
-        return
+        return montecarlo.simulate(plan, trace=trace, model=fitted, policies=policies, runs=runs, seed=seed,
+                                   workers=workers, params=params, progress=lambda n: bar.advance(task, n))
 
+
+def _print_summary(res, plan, *, alternatives: int | None, timeline: Path | None, report: Path | None) -> None:
+    """The policies side by side, the notes, and where the timeline and report went."""
     console = Console()
     table = Table(title=f"{res.runs} runs per policy of {res.plan_cluster}", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("policy", "makespan h mean", "p50", "p95", "cost mean", "p50", "p95", "deadline met",
@@ -125,7 +138,7 @@ def simulate(
     for note in res.notes:
         console.print(note, style="dim", highlight=False)
     if alternatives is not None:
-        console.print(_alternatives_note(the_plan, [s.policy for s in res.summaries], alternatives), highlight=False)
+        console.print(_alternatives_note(plan, [s.policy for s in res.summaries], alternatives), highlight=False)
     console.print(f"{res.runs * len(res.summaries)} runs in {res.elapsed_s:.1f} s (seed {res.seed}).", style="dim")
     if timeline is not None:
         console.print(f"timeline: {timeline}", style="dim")
