@@ -165,6 +165,24 @@ def profile(
     if list_models:
         _list_models(as_json)
         return
+    precision, optimizer = _check_flags(model=model, batch_size=batch_size, iterations=iterations, warmup=warmup,
+                                        lr=lr, loss_steps=loss_steps, max_time=max_time, device=device,
+                                        precision=precision, optimizer=optimizer, name=name, out=out, force=force,
+                                        data=data)
+    from spottrain.store import Store
+
+    db = None if no_store else Store(store)  # fail on a bad --store before measuring
+    result = _measure(model, batch_size, device=device, precision=precision, optimizer=optimizer, lr=lr,
+                      iterations=iterations, warmup=warmup, loss_steps=loss_steps, max_time=max_time, data=data,
+                      name=name)
+    _save_and_report(result, db, out=out, force=force, as_json=as_json)
+
+
+def _check_flags(*, model: str, batch_size: int | None, iterations: int | None, warmup: int | None, lr: float | None,
+                 loss_steps: int, max_time: float | None, device: str, precision: str, optimizer: str,
+                 name: str | None, out: Path | None, force: bool, data: str | None) -> tuple[str, str]:
+    """Every flag checked before torch is imported; the first wrong one is named (exit 2). Returns
+    ``precision`` and ``optimizer`` as spelled by the profiler."""
     if not model:
         raise InputError("expected --model NAME (a zoo model) or module:function", column="--model")
     from spottrain.cli import options
@@ -190,11 +208,15 @@ def profile(
 
     if not is_entry_point(model):
         canonical_model(model)  # near-miss error before torch is even imported
-    from spottrain.store import Store
+    return precision, optimizer
 
-    db = None if no_store else Store(store)  # fail on a bad --store before measuring
 
+def _measure(model: str, batch_size: int | None, *, device: str, precision: str, optimizer: str, lr: float | None,
+             iterations: int | None, warmup: int | None, loss_steps: int, max_time: float | None, data: str | None,
+             name: str | None) -> Any:
+    """Profile a zoo model or an entry point, with a progress bar (a line per step when piped)."""
     from spottrain.profiler import profiler as prof
+    from spottrain.profiler.entry import is_entry_point
 
     on_cpu = device.strip().lower() == "cpu"
     if iterations is None:
@@ -212,16 +234,19 @@ def profile(
     )
     with bar:
         if is_entry_point(model):
-            result = prof.profile_entry_point(model, batch_size, data_spec=data, **kwargs, **({"name": name} if name else {}))
-        else:
-            if data is not None:
-                from spottrain.profiler.entry import load_data
+            return prof.profile_entry_point(model, batch_size, data_spec=data, **kwargs,
+                                            **({"name": name} if name else {}))
+        if data is not None:
+            from spottrain.profiler.entry import load_data
 
-                kwargs["data"] = load_data(data)
-                kwargs["data_description"] = f"user data from {data}"
-            result = prof.profile_zoo(model, batch_size, **kwargs)
-            if name:
-                result = replace(result, model=name)
+            kwargs["data"] = load_data(data)
+            kwargs["data_description"] = f"user data from {data}"
+        result = prof.profile_zoo(model, batch_size, **kwargs)
+    return replace(result, model=name) if name else result
+
+
+def _save_and_report(result: Any, db: Any, *, out: Path | None, force: bool, as_json: bool) -> None:
+    """Store the profile and write --out; print it (a table, or JSON with --json) and where it went."""
     stored = None
     if db is not None:
         stored = db.add_profile(result)
@@ -231,15 +256,14 @@ def profile(
     if as_json:
         print(result.to_json())
         return
-    console = Console()
-    render_profile(result, console)
+    render_profile(result, Console())
     where = []
     if stored is not None:
         where.append(f"stored as profile {stored} in {db.path}")
     if out is not None:
         where.append(f"written to {out}")
     if where:
-        err.print("; ".join(where), highlight=False)
+        Console(stderr=True).print("; ".join(where), highlight=False)
 
 
 def _list_models(as_json: bool) -> None:
