@@ -80,6 +80,38 @@ def test_corrupt_newest_is_skipped(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "step-000000002")
     state, info = ck.load_latest()
     assert info.step == 1 and state["step"] == 1
+    # kept, under a name that says what it is: neither deleted nor taken for step 2 by a new save
+    aside = tmp_path / "corrupt-step-000000002"
+    assert (aside / "tensors.pt").read_bytes() == bytes(data)
+    assert [(old.name, new.name) for old, new, _ in ck.set_aside_paths] == [("step-000000002", aside.name)]
+    ck.save(_state(2), step=2, blocking=True)
+    assert load_checkpoint(tmp_path / "step-000000002", job_id="j")["step"] == 2
+    ck.save(_state(3), step=3, blocking=True)
+    ck.save(_state(4), step=4, blocking=True)
+    assert aside.is_dir()  # pruning keeps the newest complete checkpoints; it never touches this one
+
+
+def test_no_readable_checkpoint_is_refused_naming_each_file(tmp_path: Path) -> None:
+    ck = Checkpointer(tmp_path, job_id="j", keep=5)
+    for step in (1, 2):
+        ck.save(_state(step), step=step, blocking=True)
+    before = {}
+    for name in ("step-000000001/tensors.pt", "step-000000002/state.json"):
+        blob = tmp_path / name
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.write_bytes(bytes(data))
+        before[name] = bytes(data)
+    for resume in (ck.load_latest, ck.check_resumable):
+        with pytest.raises(CheckpointError) as err:
+            resume()
+        message = str(err.value)
+        assert "\n" not in message and "no checkpoint in" in message
+        for name in before:
+            assert f"{tmp_path / name}: checksum mismatch" in message
+    # nothing deleted, nothing moved: starting over is the user's decision
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000001", "step-000000002"]
+    assert all((tmp_path / name).read_bytes() == data for name, data in before.items())
 
 
 def test_truncated_and_manifestless_are_skipped(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,84 @@ def test_corrupt_checkpoint_is_skipped_on_restart(tmp_path: Path, baseline_run: 
     assert restores and all(r["step"] == 30 for r in restores), "did not fall back to the previous checkpoint"
     # Same world size, same data order replayed from step 30.
     assert _max_diff(_params(second.final_checkpoint), baseline) <= 1e-6
+    # The corrupt one was set aside before any worker started (kept, named), and step 40 written anew.
+    assert (ck / "corrupt-step-000000040" / "tensors.pt").read_bytes() == bytes(data)
+    assert load_checkpoint(ck / "step-000000040", job_id="baseline")["step"] == 40
+
+
+def _cli_run(tmp: Path, *args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--no-record",
+                           "--run-dir", str(tmp / "run"), *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp)
+
+
+USER_INPUT_ERROR = r"""
+import os
+from spottrain.errors import InputError
+from spottrain.runtime.examples import build_trainer
+t = build_trainer("mlp")
+inner = t.loss_fn
+def loss_fn(model, batch):
+    # the user's own check of its data, failing on one worker in the middle of training
+    if os.environ["SPOTTRAIN_WORKER_ID"] == "w1" and t.step == 3:
+        raise InputError("expected labels 0-9, got 12", file="labels.csv", line=7)
+    return inner(model, batch)
+t.loss_fn = loss_fn
+t.fit()
+"""
+
+
+def test_an_input_error_in_a_worker_stops_the_launcher_at_once(tmp_path: Path) -> None:
+    """Not a revocation: no replacement, no re-formed group; the launcher stops the job and ends
+    with the worker's one-line message and exit code 2, no traceback, no process left."""
+    from spottrain.runtime.local import job_pids
+
+    (tmp_path / "train.py").write_text(USER_INPUT_ERROR)
+    t0 = time.monotonic()
+    out = _cli_run(tmp_path, "--workers", "3", "--steps", "40", "--checkpoint-every", "10", "--",
+                   sys.executable, "train.py")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert time.monotonic() - t0 < 60
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "error: labels.csv, line 7: expected labels 0-9, got 12"
+    logs = sorted(p.name for p in (tmp_path / "run").glob("worker-*.log"))
+    assert logs == ["worker-w0.log", "worker-w1.log", "worker-w2.log"]  # nobody was started in w1's place
+    assert "input_error" in out.stderr and "membership" in out.stderr
+    assert out.stderr.count("membership:") == 1  # the first generation only: no re-formed group
+    assert job_pids(tmp_path / "run") == []
+
+
+def _corrupt(path: Path) -> bytes:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_unusable_checkpoints_are_refused_before_any_worker_starts(tmp_path: Path, baseline_run: Path) -> None:
+    # every checkpoint corrupt: refused (naming each file), nothing deleted, no worker started
+    ck = tmp_path / "ck"
+    shutil.copytree(baseline_run, ck)
+    corrupted = {p: _corrupt(p) for p in sorted(ck.glob("step-*/tensors.pt"))}
+    assert len(corrupted) == 3
+    out = _cli_run(tmp_path, "--workers", "2", "--example", "mlp", "--steps", "60", "--job-id", "baseline",
+                   "--checkpoint-dir", str(ck))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: no checkpoint in {ck} can be read")
+    assert all(f"{p}: checksum mismatch" in last for p in corrupted)
+    assert all(p.read_bytes() == data for p, data in corrupted.items())
+    assert sorted(p.name for p in ck.iterdir()) == sorted(p.name for p in baseline_run.iterdir())
+    assert not list((tmp_path / "run").glob("worker-*.log"))
+    # another job's checkpoints, no --job-id (a new job): refused, the file named, nothing started
+    other = tmp_path / "other"
+    shutil.copytree(baseline_run, other)
+    out = _cli_run(tmp_path, "--workers", "2", "--example", "mlp", "--steps", "60", "--checkpoint-dir", str(other))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {other / 'step-000000050'}: checkpoint belongs to job 'baseline', not 'run-")
+    assert not list((tmp_path / "run").glob("worker-*.log"))
+    assert sorted(p.name for p in other.iterdir()) == sorted(p.name for p in baseline_run.iterdir())
 
 
 def test_cli_run_json_summary(tmp_path: Path) -> None:

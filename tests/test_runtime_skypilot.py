@@ -496,3 +496,25 @@ def test_a_node_that_never_joins_is_given_up_and_replaced(tmp_path: Path) -> Non
     assert any(e["kind"] == "refused" for e in result.events)
     assert sorted(provider.terminated) == ["g0-n0", "g0-n1"]
     assert all(node.proc.poll() is not None for node in provider.nodes.values())
+
+
+def test_a_node_failing_on_the_users_input_stops_the_fleet_without_a_replacement(tmp_path: Path) -> None:
+    """The user's script refuses its configuration (a SpottrainError before training starts): the
+    worker exits with the input code after posting its one-line message; the controller stops
+    the job with that message instead of taking the node for revoked and buying another."""
+    from spottrain.runtime.elastic import EXIT_INPUT
+
+    script = tmp_path / "train.py"
+    script.write_text("import spottrain.runtime.api\nfrom spottrain.errors import InputError\n"
+                      "raise InputError('expected lr > 0, got -0.1', file='config.yaml', line=2)\n")
+    provider = LocalProvider(command=[sys.executable, str(script)], run_dir=tmp_path)
+    job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j6", steps=10, policy="replace-same", timeout_s=120,
+                   poll_s=0.05)
+    result = FleetController(job, provider).run()
+    assert not result.ok
+    assert result.input_error == "config.yaml, line 2: expected lr > 0, got -0.1"
+    assert result.input_error in (result.failure or "") and "not retried" in (result.failure or "")
+    assert [n for n, _ in provider.launched] == ["g0-n0", "g0-n1"]  # nothing bought in its place
+    assert not [d for d in result.decisions if d["event"] == "revoked"]
+    assert any(node.proc.returncode == EXIT_INPUT for node in provider.nodes.values())
+    assert all(node.proc.poll() is not None for node in provider.nodes.values())

@@ -104,3 +104,41 @@ def test_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPOTTRAIN_RESCALE", "scale-lr")
     cfg = TrainConfig.from_env(steps=100, global_batch_size=16)
     assert (cfg.steps, cfg.checkpoint_interval_s, cfg.rescale, cfg.global_batch_size) == (7, 2.5, "scale-lr", 16)
+
+
+def test_worker_refuses_another_jobs_checkpoint_with_the_input_exit_code(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process under a controller (a real c10d store; SPOTTRAIN_RDZV set) whose checkpoint
+    directory holds another job's checkpoints: it exits with EXIT_INPUT (not as a revocation),
+    its last line is the one-line refusal naming the file, and the controller's store holds that
+    message, so whatever launched it (the local backend, the fleet) stops with it."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from spottrain.runtime.elastic import EXIT_INPUT
+
+    monkeypatch.delenv("SPOTTRAIN_RDZV", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ck = tmp_path / "ck"
+    build_trainer("mlp", TrainConfig(steps=2, global_batch_size=8, checkpoint_dir=str(ck), checkpoint_every_steps=1,
+                                     job_id="other")).fit()
+    files = {p: p.read_bytes() for p in ck.rglob("*") if p.is_file()}
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    env = {**os.environ, "SPOTTRAIN_RDZV": f"127.0.0.1:{store.port}", "SPOTTRAIN_WORKER_ID": "w0",
+           "SPOTTRAIN_JOB_ID": "mine", "SPOTTRAIN_CHECKPOINT_DIR": str(ck), "SPOTTRAIN_STEPS": "4"}
+    env.pop("SPOTTRAIN_LIVENESS", None)
+    out = subprocess.run([sys.executable, "-m", "spottrain.runtime.examples", "mlp"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == EXIT_INPUT, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and f"{ck / 'step-000000002'}: checkpoint belongs to job 'other'" in last
+    report = json.loads(store.get("error/w0"))
+    assert report["input"] is True and report["type"] == "spottrain.errors.CheckpointError"
+    assert report["message"] == last[len("error: "):]
+    assert {p: p.read_bytes() for p in ck.rglob("*") if p.is_file()} == files  # nothing touched

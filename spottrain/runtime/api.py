@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -36,10 +37,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from spottrain.errors import InputError
+from spottrain.errors import InputError, SpottrainError
 from spottrain.runtime.checkpoint import Checkpointer
-from spottrain.runtime.elastic import (EXIT_FENCED, EXIT_LEFT, EXIT_STOPPED, ElasticClient, cut_sockets,
-                                       socket_inodes)
+from spottrain.runtime.elastic import (ENV_RDZV, EXIT_FENCED, EXIT_INPUT, EXIT_LEFT, EXIT_STOPPED, ElasticClient,
+                                       cut_sockets, error_line, socket_inodes)
 from spottrain.runtime.sampler import DeterministicSampler, shard
 
 log = logging.getLogger(__name__)
@@ -102,12 +103,16 @@ class TrainConfig:
             if raw is None or raw == "":
                 continue
             kind = str(f.type)
-            if "int" in kind:
-                values[f.name] = int(raw)
-            elif "float" in kind:
-                values[f.name] = float(raw)
-            else:
-                values[f.name] = raw
+            try:
+                if "int" in kind:
+                    values[f.name] = int(raw)
+                elif "float" in kind:
+                    values[f.name] = float(raw)
+                else:
+                    values[f.name] = raw
+            except ValueError:
+                expected = "an integer" if "int" in kind else "a number"
+                raise InputError(f"environment variable SPOTTRAIN_{f.name.upper()}: expected {expected}, got {raw!r}") from None
         return cls(**values)
 
     def to_env(self) -> dict[str, str]:
@@ -199,11 +204,13 @@ class Trainer:
         """Train to ``config.steps``; survives peers leaving and joining."""
         self._install_signal_handler()
         self._elastic = ElasticClient.from_env()
-        self._resume_from_checkpoint()
-        if self._elastic is not None:
-            self._start_heartbeat()
-            self._elastic.register()
         try:
+            # Inside the try: a checkpoint that cannot be resumed (another job's, none readable)
+            # is the user's input error, reported like any other (see _input_error_exit).
+            self._resume_from_checkpoint()
+            if self._elastic is not None:
+                self._start_heartbeat()
+                self._elastic.register()
             self._loop()
         except BaseException as exc:
             if self._elastic is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
@@ -610,6 +617,35 @@ class Trainer:
         # Only a flag: the step boundary acts on it (store and collectives are not reentrant).
         if self._notice_at is None:
             self._notice_at = time.monotonic()
+
+
+def _input_error_exit(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """``sys.excepthook`` of a worker under ``spottrain run``: an uncaught
+    :class:`~spottrain.errors.SpottrainError` (from the trainer, or from the user's script or
+    config before training starts) ends the process with one line, ``error: <message>``, and
+    :data:`~spottrain.runtime.elastic.EXIT_INPUT`, which the launcher takes for the user's error
+    (it stops the job with that line), not for a revocation. Anything else keeps its traceback."""
+    if not issubclass(exc_type, SpottrainError):
+        _previous_excepthook(exc_type, exc, tb)
+        return
+    try:
+        print(f"error: {error_line(exc)}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # Raised before the trainer reported it (the user's script, its config): report it now,
+        # so that a controller that sees only "node lost" (the fleet's) reads it too.
+        endpoint = os.environ.get(ENV_RDZV, "")
+        wid = os.environ.get("SPOTTRAIN_WORKER_ID")
+        if endpoint and wid:
+            ElasticClient(endpoint, wid, timeout_s=5.0).report_error(exc)
+    except Exception:  # noqa: BLE001 - the exit code alone still tells the launcher
+        pass
+    finally:
+        os._exit(EXIT_INPUT)
+
+
+_previous_excepthook = sys.excepthook
+if os.environ.get(ENV_RDZV):
+    sys.excepthook = _input_error_exit
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

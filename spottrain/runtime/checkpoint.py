@@ -11,9 +11,12 @@ Two phases (CheckFreq): ``snapshot`` copies every tensor to CPU memory in the tr
 It is written under a temporary name, every file is fsync'ed, the manifest goes last, and the
 directory is renamed into place (then the parent is fsync'ed): a directory named ``step-*``
 is complete or absent. Loading verifies the checksums first and then builds the state, so a
-corrupt or truncated checkpoint is skipped (the next older one is used) and never half-loaded.
-A checkpoint of another job or of another format version is refused with a
-:class:`~spottrain.errors.CheckpointError`.
+corrupt or truncated checkpoint is never half-loaded. At resume, corrupt checkpoints newer than
+the newest one that verifies are set aside under ``corrupt-step-*`` (named in a warning; kept,
+never deleted, and never mistaken for the step a new save writes) and that one is used. When
+no checkpoint verifies at all, or one belongs to another job or format version, resuming is
+refused with a :class:`~spottrain.errors.CheckpointError` naming the files: starting over from
+step 0 is the user's decision, not a silent one.
 
 torch.distributed.checkpoint's ``async_save`` is not used: its ``.metadata`` file is a pickle,
 and this format must load without unpickling anything. Every worker holds a full replica in
@@ -47,6 +50,7 @@ CHECKPOINT_FORMAT = "spottrain.checkpoint"
 CHECKPOINT_VERSION = 1
 _PREFIX = "step-"
 _TMP = ".tmp-"
+_SET_ASIDE = "corrupt-"
 # Testing hook: seconds to sleep between writing the tensors and the manifest, so that a test
 # can kill the writer in the middle of a checkpoint write.
 _WRITE_DELAY_ENV = "SPOTTRAIN_CKPT_WRITE_DELAY_S"
@@ -90,6 +94,8 @@ class Checkpointer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spottrain-ckpt")
         self._pending: Future[SaveResult] | None = None
         self._lock = threading.Lock()
+        self.set_aside_paths: list[tuple[Path, Path, str]] = []
+        """Corrupt checkpoints this checkpointer set aside: (old path, new path, why)."""
 
     # ----------------------------------------------------------------------------- save
     def save(self, state: Any, *, step: int, blocking: bool = False) -> Future[SaveResult]:
@@ -190,16 +196,59 @@ class Checkpointer:
         return infos
 
     def load_latest(self) -> tuple[Any, CheckpointInfo] | None:
-        """The newest checkpoint that verifies, or ``None`` when there is none.
+        """The newest checkpoint that verifies and loads, or ``None`` when the directory holds none.
 
-        Corrupt checkpoints are logged and skipped; one of another job or version raises
-        :class:`CheckpointError` (a wrong directory must not be trained on silently).
+        Corrupt ones newer than it are set aside (:meth:`set_aside`). Raises
+        :class:`CheckpointError` when one belongs to another job or format version (a wrong
+        directory must not be trained on silently) and when there are checkpoints but none of
+        them can be read (the message names each file and what is wrong with it).
         """
+        return self._resume(load=True)
+
+    def check_resumable(self) -> CheckpointInfo | None:
+        """What :meth:`load_latest` would resume from, verified (manifest, job, version and the
+        checksums) without building the state; the same refusals, the same corrupt checkpoints
+        set aside. A launcher calls it before any worker starts."""
+        found = self._resume(load=False)
+        return found[1] if found is not None else None
+
+    def _resume(self, *, load: bool) -> tuple[Any, CheckpointInfo] | None:
+        corrupt: list[tuple[Path, str]] = []
         for step, path in sorted(self._complete_dirs(), reverse=True):
             try:
-                return load_checkpoint(path, job_id=self.job_id), self._info(path, step)
+                state = load_checkpoint(path, job_id=self.job_id, verify_only=not load)
+                info = self._info(path, step)
             except _Corrupt as exc:
-                log.warning("skipping corrupt checkpoint %s: %s", path, exc)
+                corrupt.append((path, str(exc)))
+                continue
+            except FileNotFoundError:  # pruned by a running writer while this one read it
+                continue
+            for bad, why in corrupt:
+                self.set_aside(bad, why)
+            return state, info
+        if corrupt:
+            raise CheckpointError(
+                f"no checkpoint in {self.directory} can be read: " + "; ".join(why for _, why in corrupt)
+                + ". Nothing was deleted: move them away (or use another checkpoint directory) to start from step 0")
+        return None
+
+    def set_aside(self, path: Path, why: str) -> Path | None:
+        """Rename the corrupt checkpoint ``path`` to ``corrupt-step-*`` beside it and log a warning
+        naming both; the new name, or ``None`` when another process moved or pruned it first."""
+        for n in range(100):
+            target = path.with_name(f"{_SET_ASIDE}{path.name}" + (f"-{n}" if n else ""))
+            if target.exists():
+                continue
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                return None
+            except OSError:
+                continue  # taken meanwhile by another worker doing the same
+            log.warning("corrupt checkpoint %s (%s): set aside as %s; resuming from an older one", path, why,
+                        target.name)
+            self.set_aside_paths.append((path, target, why))
+            return target
         return None
 
     def _info(self, path: Path, step: int) -> CheckpointInfo:
@@ -212,11 +261,12 @@ class _Corrupt(CheckpointError):
     """Checksum mismatch, missing or unreadable file: skip this checkpoint."""
 
 
-def load_checkpoint(path: str | os.PathLike[str], *, job_id: str | None = None) -> Any:
+def load_checkpoint(path: str | os.PathLike[str], *, job_id: str | None = None, verify_only: bool = False) -> Any:
     """Verify and load one checkpoint directory; never unpickles arbitrary objects.
 
     Raises :class:`CheckpointError` when it belongs to another job (``job_id`` given) or
-    another format version, and a subclass of it when it is corrupt.
+    another format version, and a subclass of it when it is corrupt. ``verify_only``: check
+    the manifest and the checksums, build nothing, return ``None``.
     """
     path = Path(path)
     try:
@@ -247,6 +297,8 @@ def load_checkpoint(path: str | os.PathLike[str], *, job_id: str | None = None) 
         if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
             raise _Corrupt(f"{path}/{name}: checksum mismatch (file corrupted)")
         blobs[name] = data
+    if verify_only:
+        return None
     try:
         tensors = torch.load(io.BytesIO(blobs["tensors.pt"]), map_location="cpu", weights_only=True)
         tree = json.loads(blobs["state.json"])["tree"]

@@ -36,6 +36,10 @@ EXIT_FENCED = 85
 """Exit code of a worker that was declared lost by the controller, or lost its controller."""
 EXIT_STOPPED = 86
 """Exit code of a worker that checkpointed and exited because the controller stopped the job."""
+EXIT_INPUT = 87
+"""Exit code of a worker that failed on the user's input (a :class:`~spottrain.errors.SpottrainError`:
+a bad setting, a checkpoint it must not or cannot resume from). Not a revocation: the
+launcher stops the job at once with the worker's one-line message; nothing is replaced."""
 
 
 class ElasticClient:
@@ -116,11 +120,22 @@ class ElasticClient:
         return dist.PrefixStore(f"gen/{gen}/pg", self.store)
 
     def report_error(self, exc: BaseException) -> None:
-        """Tell the controller this worker failed in its own code (the job fails; no replacement)."""
+        """Tell the controller this worker failed in its own code (the job fails; no replacement);
+        ``input``: on the user's input, ``message``: the error's first line."""
+        from spottrain.errors import SpottrainError
+
         try:
-            self.set(f"error/{self.worker_id}", {"type": f"{type(exc).__module__}.{type(exc).__qualname__}"})
+            self.set(f"error/{self.worker_id}", {"type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                                                 "input": isinstance(exc, SpottrainError),
+                                                 "message": error_line(exc)})
         except Exception:  # noqa: BLE001 - the controller may be gone; the exit code still tells
             pass
+
+
+def error_line(exc: BaseException) -> str:
+    """An error's message on one line (at most 500 characters)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
 
 
 def socket_inodes() -> set[int]:

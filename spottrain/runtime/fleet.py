@@ -97,6 +97,8 @@ class FleetResult:
     decisions: list[dict[str, Any]]
     """One entry per policy call: ``event``, ``subject`` and the decision's fields."""
     failure: str | None = None
+    input_error: str | None = None
+    """The one-line message of a worker that failed on the user's input (the job stopped there)."""
 
 
 @dataclass(kw_only=True)
@@ -135,6 +137,7 @@ class FleetController(MembershipPublisher):
         self.finished = False
         self.failed: str | None = None
         self.held_release: list[str] = []
+        self.input_error: str | None = None
         self.held_after: tuple[int, list[str]] | None = None
         self._rate: list[tuple[float, int]] = []
         self._next_tick = job.tick_s
@@ -333,7 +336,7 @@ class FleetController(MembershipPublisher):
             self.liveness.close()
             self.record("stop", failed=self.failed)
         return FleetResult(ok=self.finished and self.failed is None, steps_done=self.progress(), events=self.events,
-                           decisions=self.decisions, failure=self.failed)
+                           decisions=self.decisions, failure=self.failed, input_error=self.input_error)
 
     def _step(self) -> bool:
         now = self.now()
@@ -350,6 +353,10 @@ class FleetController(MembershipPublisher):
                 self.finish_by = now + self.job.finish_grace_s
                 self.record("finished", node=node_id, steps=self.progress())
             elif st == LOST:
+                report = None if node.released else self._key(f"error/{node_id}")
+                if report is not None:
+                    self._failed_in_code(node, report)
+                    return True
                 self._lost(node, "lost" if not node.released else "released")
         if self.job.steps and not self.finished and self.formed and self.progress() >= self.job.steps:
             self.finished = True
@@ -436,6 +443,20 @@ class FleetController(MembershipPublisher):
             self.held_after = (self.progress() + 2, self.held_release)
             self.held_release = []
         self.decide("joined", node.node_id)
+
+    def _failed_in_code(self, node: _Node, report: dict[str, Any]) -> None:
+        """A worker posted ``error/<node>`` before its node ended: an exception in the training
+        code, or the user's input (a setting, a checkpoint). Not a revocation: the job stops
+        here and nothing is replaced."""
+        node.gone = True
+        message = str(report.get("message") or report.get("type"))
+        self.record("error", node=node.node_id, input=bool(report.get("input")), type=report.get("type"),
+                    message=message)
+        if report.get("input"):
+            self.input_error = message
+            self.failed = f"node {node.node_id} failed on its input: {message}; not retried"
+        else:
+            self.failed = f"node {node.node_id} raised {report.get('type')} in the training code: {message}; not retried"
 
     def _check_liveness(self, node: _Node) -> None:
         st = self.liveness.status(node.node_id)

@@ -51,7 +51,7 @@ import torch.distributed as dist
 
 from spottrain.errors import InputError
 from spottrain.policies import Decision, JobState, NodeOption, NodeView, get_policy
-from spottrain.runtime.elastic import ENV_RDZV, ENV_WORKER_ID, EXIT_FENCED, EXIT_LEFT, EXIT_STOPPED
+from spottrain.runtime.elastic import ENV_RDZV, ENV_WORKER_ID, EXIT_FENCED, EXIT_INPUT, EXIT_LEFT, EXIT_STOPPED
 from spottrain.runtime.faults import Injection, needs_hosts
 from spottrain.runtime.liveness import DEFAULT_DEADLINE_S, ENV_LIVENESS, LivenessServer
 from spottrain.runtime.membership import MembershipPublisher
@@ -134,11 +134,22 @@ class LocalJob:
 
 
 def run_local(job: LocalJob, *, on_event: Callable[[str, dict[str, Any]], None] | None = None) -> RunSummary:
-    """Run ``job`` to completion (or failure) and return its summary."""
+    """Run ``job`` to completion (or failure) and return its summary.
+
+    Raises :class:`~spottrain.errors.CheckpointError` before any worker starts when the
+    checkpoint directory cannot be resumed from (another job's checkpoints, none readable), and
+    :class:`~spottrain.errors.InputError` with the worker's one-line message when a worker
+    failed on the user's input (:data:`~spottrain.runtime.elastic.EXIT_INPUT`): the job is
+    stopped at once, nothing is replaced.
+    """
     bad = needs_hosts(job.injections)
     if bad and job.network is None:
         raise InputError(f"fault kinds {', '.join(bad)} need workers on network-namespace hosts", column="--inject")
-    return _Controller(job, on_event).run()
+    ctl = _Controller(job, on_event)
+    summary = ctl.run()
+    if ctl.input_error is not None:
+        raise InputError(ctl.input_error)
+    return summary
 
 
 class _Stop(Exception):
@@ -184,6 +195,8 @@ class _Controller(MembershipPublisher):
         self.recovery_s: list[float] = []
         self._last_tick = 0.0
         self.undo: list[tuple[float, Callable[[], None], str]] = []
+        self.input_error: str | None = None
+        """The one-line message of a worker that failed on the user's input."""
 
     # ---------------------------------------------------------------- helpers
     def now(self) -> float:
@@ -371,6 +384,7 @@ class _Controller(MembershipPublisher):
     # ---------------------------------------------------------------- main loop
     def run(self) -> RunSummary:
         job = self.job
+        self._check_checkpoints()
         job.run_dir.mkdir(parents=True, exist_ok=True)
         self.store = dist.TCPStore(job.controller_address, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=30))
@@ -391,6 +405,23 @@ class _Controller(MembershipPublisher):
             self._shutdown()
             self._restore_signals(old)
         return summarize(job=job, controller_events=self.events, wall0=self.wall0, failed=self.failed)
+
+    def _check_checkpoints(self) -> None:
+        """Before any worker starts: the checkpoints the workers will resume from are this job's
+        and one of them verifies (else :class:`CheckpointError`, naming the files); corrupt
+        ones newer than it are set aside, each named in a ``checkpoint_set_aside`` event."""
+        ckdir = self.job.env.get("SPOTTRAIN_CHECKPOINT_DIR") or self.job.checkpoint_dir
+        if not ckdir:
+            return
+        from spottrain.runtime.checkpoint import Checkpointer
+
+        ck = Checkpointer(ckdir, job_id=self.job.job_id)
+        self.t0 = time.monotonic()
+        info = ck.check_resumable()
+        for old, new, why in ck.set_aside_paths:
+            self.record("checkpoint_set_aside", path=str(old), moved_to=str(new), reason=why)
+        if info is not None:
+            self.record("resume_point", path=str(info.path), step=info.step)
 
     def _install_signals(self) -> dict[int, Any]:
         old: dict[int, Any] = {}
@@ -565,12 +596,20 @@ class _Controller(MembershipPublisher):
         if self.finished:
             self.record("exit_after_finish", worker=w.wid, code=code)
             return
-        error = None
+        error, report = None, {}
         try:
             if self.store.check([f"error/{w.wid}"]):
-                error = json.loads(self.store.get(f"error/{w.wid}")).get("type")
+                report = json.loads(self.store.get(f"error/{w.wid}"))
+                error = report.get("type")
         except Exception:  # noqa: BLE001
             pass
+        if code == EXIT_INPUT or report.get("input"):
+            # The user's input (a setting, a checkpoint), not a revocation: stop now, replace nothing.
+            message = report.get("message") or self._error_line(w) or f"worker {w.wid} refused its input"
+            self.record("exit", worker=w.wid, slot=w.slot, code=code, how="input_error", message=message)
+            self.input_error = message
+            self.failed = f"worker {w.wid} failed on its input: {message}; not retried"
+            return
         if error is not None:
             self.record("exit", worker=w.wid, slot=w.slot, code=code, how="error", error=error)
             self.failed = (f"worker {w.wid} raised {error} in the training code (see "
@@ -582,6 +621,18 @@ class _Controller(MembershipPublisher):
         if w.leaving:
             return  # handled when it announced it was leaving
         self._after_loss(w)
+
+    def _error_line(self, w: _Worker) -> str | None:
+        """The ``error: ...`` line a worker printed last (an input error before it reached the store)."""
+        try:
+            with open(self.job.run_dir / f"worker-{w.wid}.log", "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(fh.tell() - 8192, 0))
+                lines = fh.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        found = [ln[len("error: "):].strip() for ln in lines if ln.startswith("error: ")]
+        return found[-1] if found else None
 
     def _lost(self, w: _Worker, why: str, code: int | None) -> None:
         """Declare ``w`` lost (silent or disconnected): fence it, kill it, re-form without it."""

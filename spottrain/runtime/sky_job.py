@@ -201,9 +201,12 @@ def run(job: SkyJob, *, on_event: Callable[[str, dict[str, Any]], None] | None =
 
     previous = signal.signal(signal.SIGTERM, stop)  # SIGTERM stops like Ctrl-C: checkpoint, exit, tear down
     try:
-        return FleetController(fleet, provider, on_event=on_event).run()
+        result = FleetController(fleet, provider, on_event=on_event).run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if result.input_error is not None:  # the user's input, not a revocation: one line, exit 2
+        raise InputError(result.input_error)
+    return result
 
 
 def _replace(job: SkyJob, **changes: Any) -> SkyJob:

@@ -64,7 +64,7 @@ def summarize(*, job: Any, controller_events: list[dict[str, Any]], wall0: float
     gaps = [b[0] - a[0] for a, b in zip(steps, steps[1:])]
     median = sorted(gaps)[len(gaps) // 2] if gaps else None
     released = {e["worker"] for e in controller_events if e["kind"] == "release"}
-    losses = [e for e in controller_events if e["kind"] == "exit" and e["how"] not in ("stopped", "error")
+    losses = [e for e in controller_events if e["kind"] == "exit" and e["how"] not in ("stopped", "error", "input_error")
               and e["worker"] not in released]
     left_at = {e["worker"]: e["t"] for e in controller_events if e["kind"] == "left"}
     recoveries = []
