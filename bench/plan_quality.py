@@ -229,15 +229,16 @@ MOVED = [
     "the hindsight-optimal plan; against the code before the changes, refine had the same candidates, the same "
     "mean simulated costs and the same run counts on all 10 rows. (Other commits since bf91cc4, to the "
     "simulator and the throughput intervals, had moved simulated costs by up to ~6 %.)", "",
-    "Commit c0d43a5 (the throughput model: Pollux's ResNet-50 rows are mixed precision, 70-75 W boards sustain "
-    "0.6 of peak, an unseen GPU architecture widens the interval, the fp16 all-reduce prior) moved the rows of "
-    "this page, not the planner or the simulator:", "",
-    "- ResNet-50 8 h: ours was 6x p3.16xlarge on-demand ($788, deadline met 100 %); now 4x on-demand + 14x spot "
-    "($718-734), which meets the deadline in only 84.5-87.0 % of runs on the held-out traces: below the 95 % "
-    "goal (the refined plan, 12x / 8x spot, meets it in 100 %).",
-    "- On-demand plans are slower in the model: 1x p3.16xlarge for ResNet-50 $284 -> $304, for BERT-base "
-    "$128 -> $141; the hindsight-optimal plans grew (ResNet-50 16 h 5x -> 6x, 36 h 2x / 1x -> 3x spot, 8 h "
-    "us-west-2b 12x -> 13x).",
+    "The throughput model changed after that check (commits c0d43a5 and 681a949: Pollux's ResNet-50 rows are "
+    "mixed precision, 70-75 W boards sustain 0.6 of peak, the fp16 tensor path's FLOP share, unseen GPU "
+    "architectures widen the interval); the rows below are with it, and it, not the planner or the "
+    "simulator, moved them:", "",
+    "- The analytical plans are the same clusters, and the on-demand ones are slower in the model: 1x "
+    "p3.16xlarge for ResNet-50 $284 -> $304, for BERT-base $128 -> $141, 6x for ResNet-50 8 h $788 -> $799. "
+    "(With c0d43a5 alone the ResNet-50 8 h plan was a mix, 4x on-demand + 14x spot, that met the deadline in "
+    "only 84.5-87.0 % of runs; 681a949 brought back 6x on-demand.)",
+    "- The hindsight-optimal plans grew: ResNet-50 16 h 5x -> 6x, 36 h 2x / 1x -> 3x spot, 8 h us-west-2b "
+    "12x -> 13x.",
     "- The refined plans are the same clusters at higher simulated costs; refined within 10 % of hindsight "
     "8/10 -> 7/10 (ResNet-50 36 h us-west-2a: 1.197).", "",
     "## How plans moved (all-reduce across nodes as achieved)", "",
