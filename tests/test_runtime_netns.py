@@ -1,8 +1,9 @@
 """Many hosts, for real: every worker on its own Linux network namespace ("host"), reaching the
 controller's store and liveness server over a veth link on a private bridge (addresses in
 198.18.0.0/15, made and removed here). Faults a real network has: a link that goes down (no
-FIN, no RST: silence), the chief's host vanishing (link down, then everything on it killed),
-packet loss. The job finishes with no lost step; the namespaces are gone afterwards.
+FIN, no RST: silence) and the chief's host vanishing (link down, then everything on it killed),
+in one job. The job finishes with no lost step; the namespaces are gone afterwards. The whole
+fault matrix on 4 hosts (packet loss and delay included) is bench/runtime.py's.
 
 Skips with the reason where namespaces cannot be made (not root, no `ip`).
 """
@@ -46,12 +47,19 @@ def _job(tmp: Path, net: Network, inject: str, *, steps: int = 60) -> LocalJob:
                     network=net, controller_address=net.address, liveness_timeout_s=2.0)
 
 
-def test_link_down_and_the_chiefs_host_vanishing(tmp_path: Path, net: Network) -> None:
+def test_a_silent_worker_and_the_chiefs_host_vanishing(tmp_path: Path, net: Network) -> None:
+    """Host 1's link goes down (silence: no FIN, no RST), later the chief's host vanishes. Both
+    losses are found by the liveness timeout, replacements start on fresh hosts, nothing is
+    lost. The cut-off worker cannot be reached by the controller (it cannot kill it): hearing
+    nothing from its controller for 3 s, it stops by itself, so no orphan is left on a
+    partitioned host. (Packet loss and delay, which lose nothing and only slow the job down,
+    are rows of bench/runtime.py's fault matrix.)"""
     events: list[dict] = []
-    s = run_local(_job(tmp_path, net, "linkdown:1@step10,vanish:chief@step25,loss:2@step35/5s"),
-                  on_event=lambda kind, data: events.append(data) if kind != "progress" else None)
+    job = _job(tmp_path, net, "linkdown:1@step10,vanish:chief@step25", steps=120)
+    job.env["SPOTTRAIN_CONTROLLER_GRACE_S"] = "3"
+    s = run_local(job, on_event=lambda kind, data: events.append(data) if kind != "progress" else None)
     assert s.ok, s.failure
-    assert s.completed_steps == 60
+    assert s.completed_steps == 120
     lost = [r for r in s.recoveries if r["how"] == "lost"]
     # both silent losses were found by the liveness timeout, not by a process exit
     assert len(lost) == 2, s.recoveries
@@ -63,18 +71,6 @@ def test_link_down_and_the_chiefs_host_vanishing(tmp_path: Path, net: Network) -
     assert len(set(spawned)) > HOSTS
     # the workers ran on their hosts: each in its own network namespace
     assert all(h is not None for h in spawned)
-    assert any(e["kind"] == "impair" for e in events)
-
-
-def test_a_cut_off_worker_stops_by_itself(tmp_path: Path, net: Network) -> None:
-    # Host 2 is cut off: the controller declares its worker lost but cannot reach it to kill it;
-    # the worker, hearing nothing from its controller, checkpoints nothing (it is not rank 0)
-    # and exits by itself: no orphan on a partitioned host.
-    job = _job(tmp_path, net, "linkdown:2@step10", steps=120)
-    job.env["SPOTTRAIN_CONTROLLER_GRACE_S"] = "3"
-    s = run_local(job)
-    assert s.ok, s.failure
-    assert s.lost_steps == 0
-    cut = [ln for ln in (job.run_dir / "events-w2.jsonl").read_text().splitlines() if '"stopped"' in ln]
+    cut = [ln for ln in (job.run_dir / "events-w1.jsonl").read_text().splitlines() if '"stopped"' in ln]
     assert cut, "the cut-off worker did not stop by itself"
-    assert net.hosts[2].pids() == []
+    assert net.hosts[1].pids() == []

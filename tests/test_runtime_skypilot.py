@@ -141,23 +141,24 @@ def test_managed_torchrun_fallback_carries_code_and_installs_from_a_wheel(tmp_pa
 
 
 # ---------------------------------------------------------------------------- bad input, before any node
-@pytest.mark.parametrize("group, message, named", [
-    (_group(cloud="awz"), "did you mean aws", "awz"),
-    (_group(instance_type="p3.2xlarg"), "did you mean p3.2xlarge", "p3.2xlarg"),
-    (_group(zone="use1-az9"), "zone 'use1-az9' has no p3.2xlarge", "use1-az9"),
-    (_group(region="mars-east-1", zone=None), "not offered in region 'mars-east-1'", "mars-east-1"),
+@pytest.mark.parametrize("group, message, named, mode", [
+    (_group(cloud="awz"), "did you mean aws", "awz", "elastic"),
+    (_group(instance_type="p3.2xlarg"), "did you mean p3.2xlarge", "p3.2xlarg", "managed-torchrun"),
+    (_group(zone="use1-az9"), "zone 'use1-az9' has no p3.2xlarge", "use1-az9", "managed-torchrun"),
+    (_group(region="mars-east-1", zone=None), "not offered in region 'mars-east-1'", "mars-east-1", "elastic"),
 ])
-def test_unlaunchable_plan_is_refused_in_one_line(group: PlanGroup, message: str, named: str, tmp_path: Path) -> None:
+def test_unlaunchable_plan_is_refused_in_one_line(group: PlanGroup, message: str, named: str, mode: str,
+                                                  tmp_path: Path) -> None:
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(".", r"\.")):
         check_launchable(groups_from_plan(_plan(group)))
     plan_path = tmp_path / "plan.json"
     _plan(group).save(plan_path)
-    for mode in ("elastic", "managed-torchrun"):
-        out = _cli("--backend", "skypilot", "--skypilot-mode", mode, "--plan", str(plan_path), "--dry-run"
-                   if mode == "elastic" else "--json", "--example", "mlp", cwd=tmp_path)
-        # (the plan file's own catalog check may refuse it first, with its wording)
-        assert out.returncode == 2 and named in out.stderr and "Traceback" not in out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1
+    # through the command line, each mode on two kinds of unlaunchable group
+    out = _cli("--backend", "skypilot", "--skypilot-mode", mode, "--plan", str(plan_path), "--dry-run"
+               if mode == "elastic" else "--json", "--example", "mlp", cwd=tmp_path)
+    # (the plan file's own catalog check may refuse it first, with its wording)
+    assert out.returncode == 2 and named in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.yaml"))
 
 
