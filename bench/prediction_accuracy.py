@@ -163,6 +163,7 @@ def cross_study_rows() -> dict:
     po = rows["Pollux"]
     others = [m for name, rs in rows.items() if name != "Pollux" for m in rs]
     _multi_node_rows(po, others, one_node_known=True)
+    _multi_node_user_rows(po, others)
     _multi_node_rows(po, others, one_node_known=False)
     return rows
 
@@ -194,6 +195,23 @@ def _multi_node_rows(po, others, one_node_known: bool) -> None:
         report(f"Pollux sync (all-reduce) time, {what}", len(sy), score(sp, sy), score(sn, sy), math.nan, "-",
                f"median APE {np.median(np.abs(sp / sy - 1)) * 100:.1f} %; 'linear' column: ring at the nominal "
                "50 Gbit/s, no overlap")
+
+
+def _multi_node_user_rows(po, others) -> None:
+    """The same multi-node rows as a user gets them: ``predict --measurements`` with the held model's
+    one-node rows, the prior fitted on everything else (the other studies and Pollux's other models)."""
+    pred, ys, covered, widths = [], [], 0, []
+    for held in sorted({m.model for m in po}):
+        prior = fit(others + [m for m in po if m.model != held])
+        user = [m for m in po if m.model == held and m.cluster.nodes == 1]
+        test = [m for m in po if m.model == held and m.cluster.nodes > 1]
+        model = ThroughputModel(prior=prior, folds=5 if len(user) >= 10 else 0).fit(user)  # as predict_cmd fits
+        p, cover, width = _interval_stats(model, test)
+        pred.extend(p); ys.extend(obs(test)); covered += cover * len(test); widths.append(width)
+    pred, ys = np.array(pred), np.array(ys)
+    report("Pollux multi-node, predict --measurements with one node's rows", len(ys), score(pred, ys), math.nan,
+           math.nan, "<= 10", f"~90 % interval covers {covered / len(ys):.1f} %, median width x{statistics.median(widths):.2f}; "
+           "the prior fitted on the other studies and Pollux's other models")
 
 
 def one_row_rows(rows) -> None:
