@@ -111,3 +111,21 @@ def test_correction_never_worse_than_analytical_in_cv():
     used = m.correction_ is not None
     cv = m.cv_mae_log_
     assert (not used) or cv["corrected"] <= cv["analytical"]
+
+
+def test_rows_of_one_node_keep_the_priors_width_for_queries_across_nodes():
+    """One node's rows say nothing of the network: their own cross-validated width must not be the
+    interval of a multi-node query; the prior's width for that regime is the floor."""
+    from spottrain.perf.measurements import load_shipped
+
+    pollux = [m for m in load_shipped(("pollux",)) if m.model == "resnet18-cifar"]
+    prior = ThroughputModel(folds=0, correction="none").fit([m for m in pollux if m.batch_size != 182])
+    own = [m for m in pollux if m.cluster.nodes == 1]
+    assert len(own) >= 10
+    user = ThroughputModel(prior=prior, folds=5).fit(own)
+    one_node_width = max(user.regime_log_[r] for r in ("single", "intra"))
+    assert one_node_width < prior.regime_log_["inter"]  # the floor matters for these rows
+    assert user.regime_log_["inter"] >= prior.regime_log_["inter"]
+    across = [m for m in pollux if m.cluster.nodes > 1 and m.batch_size == 182][:5]
+    for p in user.predict(across, warn=False):
+        assert math.log(p.high / p.throughput) >= prior.regime_log_["inter"] - 1e-9
