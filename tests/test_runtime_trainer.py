@@ -142,3 +142,26 @@ def test_worker_refuses_another_jobs_checkpoint_with_the_input_exit_code(tmp_pat
     assert report["input"] is True and report["type"] == "spottrain.errors.CheckpointError"
     assert report["message"] == last[len("error: "):]
     assert {p: p.read_bytes() for p in ck.rglob("*") if p.is_file()} == files  # nothing touched
+
+
+def test_a_worker_that_restores_the_final_checkpoint_is_done_at_once(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rerun after the end, or a replacement that starts as the others finish: the newest
+    checkpoint is the final step, so the worker trains nothing, joins nothing and reports done."""
+    import json
+
+    monkeypatch.delenv("SPOTTRAIN_RDZV", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cfg = dict(global_batch_size=16, checkpoint_dir=str(tmp_path / "ck"), checkpoint_every_steps=3, job_id="r",
+               run_dir=str(tmp_path / "run"))
+    first = build_trainer("mlp", TrainConfig(steps=6, **cfg))
+    first.fit()
+    again = build_trainer("mlp", TrainConfig(steps=6, **cfg))
+    inner, calls = again.loss_fn, []
+    again.loss_fn = lambda model, batch: calls.append(again.step) or inner(model, batch)
+    again.fit()
+    assert again.step == 6 and calls == []
+    a, b = _weights(first), _weights(again)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    last = json.loads((tmp_path / "run").glob("events-*.jsonl").__next__().read_text().splitlines()[-1])
+    assert last["kind"] == "done" and last["step"] == 6 and last["restored"] is True

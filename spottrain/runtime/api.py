@@ -208,6 +208,11 @@ class Trainer:
             # Inside the try: a checkpoint that cannot be resumed (another job's, none readable)
             # is the user's input error, reported like any other (see _input_error_exit).
             self._resume_from_checkpoint()
+            if self.step >= self.config.steps and not self._fresh:
+                # Restored the final checkpoint: the job is complete (a rerun after the end, or a
+                # replacement that started as the others finished). Nothing to join or wait for.
+                self._event("done", step=self.step, gen=self._gen, world=0, restored=True)
+                return
             if self._elastic is not None:
                 self._start_heartbeat()
                 self._elastic.register()
