@@ -28,7 +28,8 @@ from spottrain.planner.candidates import Candidate, CandidateReport, build_candi
 from spottrain.planner.columns import (
     REGROUP_S, Columns, Job, build_columns, cluster_revocations, node_counts, throughput_curve, throughput_mix,
 )
-from spottrain.planner.formulation import Limits, Outcome, Picks, SolveStats, homogeneous_feasible, solve_mix, spot_mask
+from spottrain.planner.formulation import (MILP_WORK_LIMIT, SAFETY_TIME_LIMIT_S, Limits, Outcome, Picks, SolveStats,
+                                          homogeneous_feasible, solve_mix, spot_mask)
 from spottrain.units import format_usd, plural
 
 ONE_JOB = 1.0
@@ -242,7 +243,8 @@ def objective_of(ctx: Context) -> str:
 
 
 def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None = None,
-          stats: SolveStats | None = None, time_limit_s: float = 1.0) -> Outcome | None:
+          stats: SolveStats | None = None, work_limit: int | None = MILP_WORK_LIMIT,
+          time_limit_s: float = SAFETY_TIME_LIMIT_S) -> Outcome | None:
     """Best plan: exact homogeneous enumeration, then the lazy MILP over mixes."""
     cols, limits = ctx.cols, ctx.limits
     if max_kinds is not None:
@@ -285,7 +287,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         return out
 
     return solve_mix(sub, ctx.cands, limits, ONE_JOB, objective, incumbent, ctx.evaluate, traffic, stats=stats,
-                     group_cap=group_cap, time_limit_s=time_limit_s)
+                     group_cap=group_cap, work_limit=work_limit, time_limit_s=time_limit_s)
 
 
 def subset_columns(cols: Columns, mask: np.ndarray | None) -> Columns:

@@ -274,7 +274,8 @@ class MixProblem:
         self.A, self.lo, self.hi = rows.matrix()
         self.cuts: list[tuple[np.ndarray, float]] = []
         self.calls = 0
-        self.time_limit_s = 1.0
+        self.work = 0
+        self.time_limit_s = SAFETY_TIME_LIMIT_S
 
     def _placement_groups(self, cand: np.ndarray) -> tuple[np.ndarray, int]:
         """The placement group (:func:`group_keys`) of each column, numbered in key order, and
@@ -393,6 +394,7 @@ class MixProblem:
         from scipy.optimize import Bounds, LinearConstraint, milp
 
         self.calls += 1
+        self.work += self.nvar
         c = np.zeros(self.nvar)
         c[: self.nx] = c_x
         c[-1] = c_e
@@ -416,8 +418,9 @@ class MixProblem:
         with _solver_stdout_silenced():
             res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integrality,
                        bounds=Bounds(np.zeros(self.nvar), ub),
-                       options={"disp": False, "mip_rel_gap": 1e-9, "time_limit": self.time_limit_s})
-        if res.status == 1:  # time limit
+                       options={"disp": False, "mip_rel_gap": 1e-9, "node_limit": MILP_NODE_LIMIT,
+                                "time_limit": self.time_limit_s})
+        if res.status == 1:  # node limit (or the safety net's time limit)
             self.timed_out = True
         if res.x is None or res.status not in (0, 1):
             return None, np.inf
@@ -532,10 +535,25 @@ def prune(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float
     return keep
 
 
-MAX_MILP_COLUMNS = 3000
-"""Columns beyond which HiGHS's presolve alone takes seconds (an on-demand share keeps every
-on-demand column alive); the MILP then sees the most promising ones and the answer is no longer
-proven optimal (``SolveStats.proven_optimal``)."""
+MAX_MILP_COLUMNS = 500
+"""Columns beyond which one MILP solve takes seconds (its root LP and presolve, not its branching:
+~0.7 s CPU at 485 columns, ~10 s at 2,769); the MILP then sees the most promising ones and the
+answer is no longer proven optimal (``SolveStats.proven_optimal``)."""
+
+MILP_NODE_LIMIT = 1000
+"""Branch-and-bound nodes one MILP solve may explore (HiGHS ``mip_max_nodes``). The search is
+bounded by counts, never by the clock, so the same request gives the same plan whatever the
+machine's load; the bench requests' solves that finish explore at most ~60 nodes."""
+
+MILP_WORK_LIMIT = 3000
+"""MILP variables summed over one search's solves (each solve adds its variable count) after
+which the lazy search stops with its best plan found (not proven optimal); a MILP larger than
+the limit is not solved at all. Deterministic, like :data:`MILP_NODE_LIMIT`."""
+
+SAFETY_TIME_LIMIT_S = 60.0
+"""A wall-clock limit kept only as a last resort against a pathological MILP (per solve, and on
+the whole search); the count limits stop every bench request long before it. A plan it stops
+says so in the solver notes, and only such a plan may depend on the machine's load."""
 
 
 def _most_promising(cols: Columns, keep: np.ndarray, work: float, objective: str,
@@ -556,9 +574,13 @@ def _most_promising(cols: Columns, keep: np.ndarray, work: float, objective: str
 
 def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float, objective: str,
               incumbent: Outcome | None, evaluate: Callable[[Picks], Outcome], traffic: np.ndarray | None,
-              *, max_iterations: int = 40, time_limit_s: float = 1.0, stats: SolveStats | None = None,
+              *, max_iterations: int = 40, work_limit: int | None = MILP_WORK_LIMIT,
+              time_limit_s: float = SAFETY_TIME_LIMIT_S, stats: SolveStats | None = None,
               group_cap: Callable[[list[int], int], np.ndarray] | None = None) -> Outcome | None:
-    """Improve ``incumbent`` with heterogeneous mixes (lazy MILP, see the module docstring)."""
+    """Improve ``incumbent`` with heterogeneous mixes (lazy MILP, see the module docstring).
+
+    The search stops after ``max_iterations`` exact evaluations or once its solves have added up
+    ``work_limit`` MILP variables (None: no such limit); ``time_limit_s`` is only a safety net."""
     stats = stats or SolveStats()
     t0 = time.perf_counter()
     keep = prune(cols, cands, limits, work, objective, incumbent)
@@ -575,6 +597,11 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     prob = MixProblem(cols, keep, cands, limits, work, traffic, group_cap if limits.same_gpu else None)
     prob.time_limit_s = time_limit_s
     prob.timed_out = False
+    if work_limit is not None and prob.nvar > work_limit:
+        stats.proven_optimal = False
+        stats.notes.append(f"MILP of {prob.nvar:,} variables over the work limit ({work_limit:,}): not solved")
+        stats.seconds += time.perf_counter() - t0
+        return best
     seen: set[Picks] = set()
     tol = 1e-9
     for _ in range(max_iterations):
@@ -608,16 +635,20 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
         prob.cut(picks)
         if out.feasible and (best is None or _better(out, best, objective)):
             best = out
+        if work_limit is not None and prob.work >= work_limit:
+            stats.proven_optimal = False
+            stats.notes.append(f"stopped after {prob.calls} MILP solves ({prob.work:,} variables in all)")
+            break
         if time.perf_counter() - t0 > time_limit_s:
             stats.proven_optimal = False
-            stats.notes.append(f"stopped after {time_limit_s:.1f} s")
+            stats.notes.append(f"stopped after {time_limit_s:.1f} s (safety time limit)")
             break
     else:
         stats.proven_optimal = False
         stats.notes.append(f"stopped after {max_iterations} exact evaluations")
     if prob.timed_out:
         stats.proven_optimal = False
-        stats.notes.append("a MILP solve hit its time limit")
+        stats.notes.append("a MILP solve hit its node limit")
     stats.milp_calls += prob.calls
     stats.seconds += time.perf_counter() - t0
     return best

@@ -20,7 +20,10 @@ from spottrain.planner.formulation import Outcome, homogeneous_feasible
 
 SWEEP_POINTS = 4
 """Budgets at which the MILP is solved to add mixes to the front."""
-SWEEP_TIME_LIMIT_S = 0.1
+SWEEP_WORK_LIMIT = 600
+"""MILP variables summed over the solves of one budget of the sweep (see
+:data:`spottrain.planner.formulation.MILP_WORK_LIMIT`): a count, so the front does not depend on
+the machine's load."""
 
 
 def front_indices(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
@@ -87,7 +90,7 @@ def _mix_points(ctx: Any, mask: np.ndarray, on_front: set[int], pts: list[dict[s
     out = []
     for budget in np.geomspace(lo, hi, SWEEP_POINTS + 2)[1:-1]:
         lim = replace(ctx.limits, deadline_s=None, budget_usd=float(budget), hard_cap_usd=None)
-        o = solve(replace(ctx, limits=lim), mask=mask, time_limit_s=SWEEP_TIME_LIMIT_S)
+        o = solve(replace(ctx, limits=lim), mask=mask, work_limit=SWEEP_WORK_LIMIT)
         if o is not None and len(o.picks) > 1:
             out.append({"label": describe(ctx, o), "duration_s": o.time_mean_s, "cost_usd": o.cost_usd})
     return out
