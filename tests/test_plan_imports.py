@@ -47,3 +47,13 @@ def test_a_refined_plan_adds_the_array_engine_and_nothing_heavy():
     names = imported(*REQUEST)
     assert not _under(names, *NEVER), sorted(_under(names, *NEVER))
     assert {"spottrain.sim.vector", "spottrain.planner.refine"} <= names
+
+
+def test_the_planner_imports_no_optimizer_until_a_milp_runs():
+    # shipped lifetime fits (Weibull and bathtub) and a golden-section checkpoint-interval search:
+    # scipy.optimize loads only with the MILP (formulation.MixProblem.solve)
+    code = ("import sys, spottrain.planner.api, spottrain.transience.select, spottrain.transience.checkpoint_interval; "
+            "print(sorted(m for m in sys.modules if m.startswith('scipy.optimize')))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]"

@@ -14,7 +14,8 @@ checkpoints completed before the failure is K = sum_k 1[L_c > k (tau + C)], so
     progress per unit time = tau E[K] / (E[L_c] + R),
     overhead(tau) = (E[L_c] + R) / (tau E[K]) - 1,
 
-which we minimise numerically over tau (log grid, then Brent). For an exponential law this
+which we minimise numerically over tau (log grid, then a golden-section search in log tau
+between the best grid point's neighbours; no scipy.optimize on the planning path). For an exponential law this
 reduces to Young/Daly to first order. S_c comes from
 :func:`spottrain.transience.renewal.cluster_survival`.
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize
 
 from spottrain.errors import InputError
 from spottrain.transience.renewal import cluster_survival
@@ -129,12 +129,32 @@ def optimal_checkpoint_interval_s(checkpoint_cost_s: float, lifetime_model, node
                      for c in cands])
     i = int(np.argmin(vals))
     lo, hi = cands[max(i - 1, 0)], cands[min(i + 1, len(cands) - 1)]
-    res = optimize.minimize_scalar(
+    x, fx = _golden_section(
         lambda x: expected_overhead(math.exp(x), checkpoint_cost_s, lifetime_model, nodes,
                                     restart_s=restart_s, replace=replace, _terms=terms),
-        bounds=(math.log(lo), math.log(hi)), method="bounded", options={"xatol": 1e-4})
-    best = math.exp(res.x) if res.fun <= vals[i] else float(cands[i])
+        math.log(lo), math.log(hi), xtol=1e-4)
+    best = math.exp(x) if fx <= vals[i] else float(cands[i])
     return float(best)
+
+
+_INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def _golden_section(f, a: float, b: float, *, xtol: float) -> tuple[float, float]:
+    """Minimum of ``f`` on ``[a, b]`` by golden-section search, to ``xtol`` in x (f unimodal there:
+    the bracket is the best grid point's two neighbours). Returns (x, f(x))."""
+    c, d = b - _INV_PHI * (b - a), a + _INV_PHI * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > xtol:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - _INV_PHI * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + _INV_PHI * (b - a)
+            fd = f(d)
+    return (c, fc) if fc <= fd else (d, fd)
 
 
 def transience_cost(duration_s: float, nodes: int, lifetime_model, checkpoint_cost_s: float,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from spottrain.errors import InputError, NotFittedError
 
@@ -339,6 +339,8 @@ class WeibullLifetime(LifetimeModel):
             lam_k = (x**k).sum() / k_events  # profiled scale^shape
             return -(k_events * math.log(k) - k_events * math.log(lam_k) + (k - 1) * logx_obs - k_events)
 
+        from scipy import optimize  # lazy: shipped fits (transience.select) need no optimizer
+
         res = optimize.minimize_scalar(negll, bounds=(-4.0, 4.0), method="bounded",
                                        options={"xatol": 1e-6})
         k = math.exp(res.x)
@@ -393,6 +395,8 @@ class BathtubLifetime(LifetimeModel):
                 h_obs = k1 * np.exp(z1[d] - lx_obs) + b * np.exp(g * (x_obs - 1.0))
             val = -(np.log(np.maximum(h_obs, 1e-300)).sum() - H.sum())
             return val if np.isfinite(val) else 1e300
+
+        from scipy import optimize  # lazy, as in WeibullLifetime._fit
 
         w = WeibullLifetime().fit(t, d)
         la_w = math.log(w.scale_s_ / anchor)
