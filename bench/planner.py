@@ -290,7 +290,7 @@ def main() -> int:
         p = r.best.prediction
         lines.append(f"| {q} | {r.best.cluster} ({', '.join(g.instance_type for g in r.best.groups)}) | "
                      f"${p.cost_usd:,.2f} | {p.duration_s / 3600:.2f} h | {s['columns']:,} | {s['columns_after_pruning']} | "
-                     f"{s['milp_calls']} | {'yes' if s['proven_optimal'] else 'no (MILP time limit; best found)'} | {t:.3f} |")
+                     f"{s['milp_calls']} | {'yes' if s['proven_optimal'] else 'no (MILP work limit; best found)'} | {t:.3f} |")
     print("\n".join(lines))
     res = small(catalog, w)
     sl = ["| deadline | quotas | candidates | plans enumerated | exhaustive (s) | ours (s) | speed-up | exhaustive optimum | ours | same |",
