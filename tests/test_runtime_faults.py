@@ -207,6 +207,19 @@ def test_unusable_checkpoints_are_refused_before_any_worker_starts(tmp_path: Pat
     assert last.startswith(f"error: {other / 'step-000000050'}: checkpoint belongs to job 'baseline', not 'run-")
     assert not list((tmp_path / "run").glob("worker-*.log"))
     assert sorted(p.name for p in other.iterdir()) == sorted(p.name for p in baseline_run.iterdir())
+    # every manifest unreadable: refused by the command line before the launcher, one line, no
+    # warning that the run would start from step 0, the files kept as they were
+    garbled = tmp_path / "garbled"
+    shutil.copytree(baseline_run, garbled)
+    for man in garbled.glob("step-*/MANIFEST.json"):
+        man.write_text("{not json")
+    out = _cli_run(tmp_path, "--workers", "2", "--example", "mlp", "--steps", "60", "--job-id", "baseline",
+                   "--checkpoint-dir", str(garbled))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: none of the 3 checkpoint(s) in {garbled} is readable")
+    assert all(man.read_text() == "{not json" for man in garbled.glob("step-*/MANIFEST.json"))
+    assert not list((tmp_path / "run").glob("worker-*.log"))
 
 
 def test_cli_run_json_summary(tmp_path: Path) -> None:

@@ -276,9 +276,10 @@ def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-i
     """Check a run's checkpoint directory before any worker starts (torch-free: manifests only).
 
     A ``job_id`` that differs from the job of the checkpoints already there is refused (the
-    workers would refuse them one by one and the run would restart forever). Returns a warning
-    line when checkpoints exist but none has a readable manifest (the run starts from step 0),
-    else None.
+    workers would refuse them one by one and the run would restart forever), and so are
+    checkpoints none of which has a readable manifest: resuming would silently start from step 0
+    over the user's files, so the user moves them away first (nothing is deleted). Returns None
+    (kept for callers that print a note).
     """
     if not directory.is_dir():
         return None
@@ -303,6 +304,8 @@ def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-i
             raise InputError(f"the checkpoints in {directory} belong to job {j!r} ({d}), not {job_id!r}; pass "
                              f"--job-id {j} to resume it, or another --run-dir / --checkpoint-dir", column=flag)
     if not jobs:
-        return (f"none of the {len(dirs)} checkpoint(s) in {directory} is readable (no valid MANIFEST.json): "
-                "the run starts from step 0")
+        names = ", ".join(d.name for d in dirs[:5]) + (f" and {len(dirs) - 5} more" if len(dirs) > 5 else "")
+        raise InputError(f"none of the {len(dirs)} checkpoint(s) in {directory} is readable (no valid "
+                         f"MANIFEST.json: {names}); nothing was deleted: move them away, or pass another "
+                         "--run-dir / --checkpoint-dir, to start from step 0")
     return None
