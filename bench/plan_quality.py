@@ -239,11 +239,7 @@ MOVED = [
     "12x -> 13x.",
     "- The refined plans are the same clusters at higher simulated costs; refined within 10 % of hindsight "
     "8/10 -> 7/10 (ResNet-50 36 h us-west-2a: 1.20).",
-    "- ResNet-50 8 h: the analytical plan depends on the machine's load. The planner's lazy MILP stops after "
-    "1 s of wall time; in runs of the same code today (load average 4-8 on 2 cores) it returned 6x "
-    "p3.16xlarge on-demand (deadline met 100 %) in some and a mix of 4x on-demand + 14x spot in one, which "
-    "met the deadline in only 84.5-87.0 % of runs on the held-out traces (refine chose 12x / 8x spot, 100 %, "
-    "in both).", "",
+    "- ResNet-50 8 h: the planner's MILP is now bounded by counts, not the clock (commit abbfd3a), so the analytical plan no longer depends on the machine's load: it is always 4x p3.16xlarge on-demand + 15x spot (39 evaluations). Its analytical P(deadline) passes the 95 % bar, but on the held-out traces it meets the deadline in only 84.5 % / 87.0 % of runs: the analytical risk model is optimistic for a 15-node spot cluster on an 8 h deadline. `spottrain plan` refines by default, and refine chose 12x / 13x spot there, met 100 %.", "",
     "## How plans moved (all-reduce across nodes as achieved)", "",
     "Run before the previous page (commit 30460e4's page, same requests, traces and runs): ours / hindsight median "
     "1.245, savings vs on-demand median 62.3 %, refined within 10 % of hindsight 10/10. The previous page (bf91cc4): "
