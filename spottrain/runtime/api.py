@@ -75,8 +75,8 @@ class TrainConfig:
     backend: str = "auto"
     """``gloo``, ``nccl`` or ``auto`` (nccl when the device is a GPU, else gloo)."""
     device: str = "auto"
-    """``cpu``, ``cuda:N`` or ``auto``: ``cuda:$LOCAL_RANK`` when that GPU exists (one GPU per
-    process, as torchrun starts them), else ``cpu``."""
+    """``cpu``, ``cuda:N`` or ``auto``: ``cuda:($LOCAL_RANK mod GPUs)`` when the machine has a GPU
+    (one GPU per process, as torchrun and the local launcher number them), else ``cpu``."""
     pg_timeout_s: float = 10.0
     """Collective timeout: how long a hung (not dead) peer can stall the others."""
     rejoin_timeout_s: float = 120.0
@@ -437,9 +437,11 @@ class Trainer:
         if self.config.device != "auto":
             return torch.device(self.config.device)
         local = int(os.environ.get("LOCAL_RANK", "0"))
-        if torch.cuda.is_available() and local < torch.cuda.device_count():
-            torch.cuda.set_device(local)
-            return torch.device("cuda", local)
+        if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+            # more workers than GPUs (a local job of 4 workers on 2 GPUs) share them in turn
+            index = local % torch.cuda.device_count()
+            torch.cuda.set_device(index)
+            return torch.device("cuda", index)
         return torch.device("cpu")
 
     def _backend(self) -> str:

@@ -233,6 +233,10 @@ class _Controller(MembershipPublisher):
                ENV_LIVENESS: self.liveness.endpoint, ENV_WORKER_ID: wid,
                ENV_RUN_DIR: str(self.job.run_dir), "SPOTTRAIN_JOB_ID": self.job.job_id,
                "OMP_NUM_THREADS": self.job.env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+        # One GPU per slot on a machine with several (the worker takes LOCAL_RANK modulo its GPUs),
+        # as torchrun numbers the processes of one node; a job's own LOCAL_RANK wins.
+        if "LOCAL_RANK" not in self.job.env:
+            env["LOCAL_RANK"] = str(slot)
         command = list(self.job.command)
         if host is not None:
             env.update(host.env())

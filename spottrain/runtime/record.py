@@ -184,9 +184,9 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
 
     The model is the built-in example's (``example-<name>``, its FLOPs counted here), else the
     plan's workload, else the command's script name. The device is what the workers pick
-    (``TrainConfig.device``): ``$SPOTTRAIN_DEVICE``, else CUDA device 0 when this machine has
-    one (the local backend gives every worker the same ``LOCAL_RANK``-less environment), else
-    the CPU.
+    (``TrainConfig.device``): ``$SPOTTRAIN_DEVICE``, else this machine's GPUs, one per slot
+    (the local backend numbers its workers' ``LOCAL_RANK``; more workers than GPUs share them),
+    else the CPU.
     """
     env = {**os.environ, **job.env}
     batch_text = env.get("SPOTTRAIN_GLOBAL_BATCH_SIZE")
@@ -209,7 +209,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
         else:
             script = next((a for a in job.command[1:] if not a.startswith("-")), job.command[0])
             model = Path(script).stem
-    gpu, shared = _worker_device(env.get("SPOTTRAIN_DEVICE", "auto"))
+    gpu, shared = _worker_device(env.get("SPOTTRAIN_DEVICE", "auto"), workers=getattr(job, "workers", 1))
     planned = env.get("SPOTTRAIN_PLANNED_WORLD_SIZE")
     return RunSetup(model=model, global_batch_size=batch, gpu=gpu, gpus_shared=shared,
                     rescale=env.get("SPOTTRAIN_RESCALE", "accumulate"),
@@ -217,8 +217,9 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
                     tensor_count=tensors)
 
 
-def _worker_device(setting: str) -> tuple[str, bool]:
-    """(device name, whether the workers share it) for ``TrainConfig.device``."""
+def _worker_device(setting: str, workers: int = 1) -> tuple[str, bool]:
+    """(device name, whether the workers share a GPU) for ``TrainConfig.device``: ``auto`` gives
+    each of ``workers`` its own GPU while the machine has enough, one named GPU is shared."""
     if setting == "cpu":
         return "cpu", False
     import torch
@@ -226,11 +227,12 @@ def _worker_device(setting: str) -> tuple[str, bool]:
     if not torch.cuda.is_available() or (setting != "auto" and not setting.startswith("cuda")):
         return "cpu", False
     index = int(setting.split(":")[1]) if ":" in setting else 0
+    shared = setting != "auto" or workers > torch.cuda.device_count()
     name = torch.cuda.get_device_name(index)
     from spottrain.profiler.device import catalog_gpu_spec
 
     spec = catalog_gpu_spec(name)
-    return (spec.name if spec is not None else name.replace(" ", "-")), True
+    return (spec.name if spec is not None else name.replace(" ", "-")), shared
 
 
 def _example_figures(ex: Any) -> tuple[float, int, int]:

@@ -1,0 +1,77 @@
+"""Which GPU a local worker trains on: one per slot (LOCAL_RANK modulo the machine's GPUs), and
+whether the stored measurement rows may say the workers had a GPU each."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from spottrain.runtime import record
+from spottrain.runtime.api import Trainer
+
+
+def _fake_gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> list[int]:
+    chosen: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H100 80GB HBM3")
+    return chosen
+
+
+@pytest.mark.parametrize(("local_rank", "gpus", "expected"), [("0", 4, 0), ("3", 4, 3), ("5", 4, 1), ("2", 1, 0)])
+def test_auto_device_is_the_local_rank_modulo_the_gpus(monkeypatch, local_rank, gpus, expected):
+    chosen = _fake_gpus(monkeypatch, gpus)
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    dev = Trainer._pick_device(SimpleNamespace(config=SimpleNamespace(device="auto")))
+    assert dev == torch.device("cuda", expected) and chosen == [expected]
+
+
+def test_auto_device_without_a_gpu_is_the_cpu(monkeypatch):
+    _fake_gpus(monkeypatch, 0)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert Trainer._pick_device(SimpleNamespace(config=SimpleNamespace(device="auto"))) == torch.device("cpu")
+
+
+def test_rows_say_the_gpu_is_shared_only_when_workers_outnumber_the_gpus(monkeypatch):
+    _fake_gpus(monkeypatch, 4)
+    assert record._worker_device("auto", workers=4) == ("H100", False)
+    assert record._worker_device("auto", workers=5) == ("H100", True)
+    assert record._worker_device("cuda:1", workers=2) == ("H100", True)  # one named GPU for every worker
+    assert record._worker_device("cpu", workers=8) == ("cpu", False)
+
+
+def test_the_local_launcher_numbers_its_workers_local_rank(tmp_path):
+    """Each worker process is started with LOCAL_RANK = its slot (read from the live processes)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from spottrain.runtime.local import job_pids
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--workers", "3",
+                             "--example", "mlp", "--steps", "100000", "--run-dir", str(run_dir),
+                             "--store", str(tmp_path / "s.db")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    ranks: set[str] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(ranks) < 3:
+            for pid in job_pids(run_dir.resolve()):
+                try:
+                    env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)
+                except OSError:
+                    continue
+                if b"SPOTTRAIN_WORKER_ID" in env:
+                    ranks.add(env.get(b"LOCAL_RANK", b"?").decode())
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert ranks == {"0", "1", "2"}
