@@ -108,7 +108,11 @@ def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job
     if limits.hard_cap_usd is not None and o.cost_p95_usd > limits.hard_cap_usd:
         why.append(f"p95 cost {format_usd(o.cost_p95_usd)} > cap {format_usd(limits.hard_cap_usd)}")
     if limits.ps_capacity_bytes_per_s is not None and job.ps > 0:
-        traffic = 2.0 * job.workload.gradient_bytes * o.thr / job.workload.batch_size
+        # One push and pull per worker node per update (its GPUs' gradients are summed on the node,
+        # as the performance model's queue and the MILP's columns count them): a node's update
+        # covers batch x its GPUs samples.
+        gpus = sum(n * cands[i].gpus_per_node for i, n in o.picks)
+        traffic = 2.0 * job.workload.gradient_bytes * o.thr * nodes / (job.workload.batch_size * max(gpus, 1))
         if traffic > limits.ps_capacity_bytes_per_s:
             why.append("parameter servers saturated")
     return why
