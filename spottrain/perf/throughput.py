@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -90,6 +91,12 @@ def _architecture(gpu: str) -> str | None:
         return gpu_spec(gpu).architecture
     except UnknownNameError:
         return None
+
+
+@functools.lru_cache(maxsize=64)
+def _architectures(gpus: frozenset[str]) -> frozenset[str]:
+    """Architectures of a set of GPU names (a fit's fitted GPUs)."""
+    return frozenset(a for a in map(_architecture, gpus) if a is not None)
 
 
 def _config_key(q: "_Query") -> str:
@@ -480,8 +487,7 @@ class ThroughputModel:
             self.fast_paths_ = sorted(set(self.fast_paths_) | set(p.fast_paths_))
             if len(rows) < 10:
                 # A handful of rows shows nothing of the configurations they do not measure: the
-                # prior's widths stay the floor.
-                self.regime_log_ = {k: max(v, p.regime_log_.get(k, 0.0)) for k, v in self.regime_log_.items()}
+                # prior's widths stay the floor (of every regime: _floor_unmeasured_regimes, below).
                 self.interval_log_ = max(self.interval_log_, p.interval_log_)
         if self.folds and len(rows) >= 2 * max(self.folds, 2) and self.correction != "none":
             self._fit_correction_and_intervals(rows)
@@ -544,15 +550,14 @@ class ThroughputModel:
         sp = self.spread_log_
         for g, name, gpn in _resolve_groups(q.cluster):
             if name not in self.fitted_gpus_:
+                # An unseen architecture is said, not widened further: leave one study out on Lambda
+                # (every GPU of a newer architecture) covers 95.7 % with the unseen GPU's and
+                # precision path's widths.
                 arch = _architecture(name)
-                if arch is not None and arch not in self._fitted_architectures():
-                    # said, not widened further: leave one study out on Lambda (every GPU of a newer
-                    # architecture) covers 95.7 % with the unseen GPU's and precision path's widths
-                    notes.append((f"GPU {name} not in the fitted data, nor any {arch} GPU (predicted from its datasheet)",
-                                  sp["gpu"]))
-                else:
-                    notes.append((f"GPU {name} not in the fitted data (predicted from its peak FLOPS and bandwidth)",
-                                  sp["gpu"]))
+                new_arch = arch is not None and arch not in _architectures(frozenset(self.fitted_gpus_))
+                source = (f", nor any {arch} GPU (predicted from its datasheet)" if new_arch
+                          else " (predicted from its peak FLOPS and bandwidth)")
+                notes.append((f"GPU {name} not in the fitted data{source}", sp["gpu"]))
             elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
                 notes.append((f"{q.model} never measured on {name}", sp["pair"]))
             if _path(q, name) not in self.fast_paths_:
@@ -575,15 +580,6 @@ class ThroughputModel:
                 notes.append((f"{what} not in your measurements (calibrated on another study's)",
                               self.spread_log_.get("study", STUDY_LOG)))
         return notes
-
-    def _fitted_architectures(self) -> frozenset[str]:
-        """Architectures of the fitted GPUs (cached: the fitted GPUs do not change after fit)."""
-        key = frozenset(self.fitted_gpus_)
-        cached = getattr(self, "_arch_cache", None)
-        if cached is None or cached[0] != key:
-            cached = (key, frozenset(a for a in map(_architecture, key) if a is not None))
-            self._arch_cache = cached
-        return cached[1]
 
     def _half_width(self, q: _Query, notes: list[tuple[str, float]]) -> float:
         """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
