@@ -272,23 +272,22 @@ def duration(text: str | None, flag: str, *, require_unit: bool = False, high_s:
     return value
 
 
-def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-id") -> str | None:
+def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-id") -> None:
     """Check a run's checkpoint directory before any worker starts (torch-free: manifests only).
 
     A ``job_id`` that differs from the job of the checkpoints already there is refused (the
     workers would refuse them one by one and the run would restart forever), and so are
     checkpoints none of which has a readable manifest: resuming would silently start from step 0
-    over the user's files, so the user moves them away first (nothing is deleted). Returns None
-    (kept for callers that print a note).
+    over the user's files, so the user moves them away first (nothing is deleted).
     """
     if not directory.is_dir():
-        return None
+        return
     # lazy: as above, when a JSON input is read
     from spottrain.files import read_json
 
     dirs = sorted((p for p in directory.iterdir() if p.is_dir() and p.name.startswith("step-")), key=lambda p: p.name)
     if not dirs:
-        return None
+        return
     jobs: dict[str, str] = {}
     for d in dirs:
         try:
@@ -308,4 +307,3 @@ def job_checkpoints(job_id: str | None, directory: Path, *, flag: str = "--job-i
         raise InputError(f"none of the {len(dirs)} checkpoint(s) in {directory} is readable (no valid "
                          f"MANIFEST.json: {names}); nothing was deleted: move them away, or pass another "
                          "--run-dir / --checkpoint-dir, to start from step 0")
-    return None

@@ -224,12 +224,10 @@ def _checkpoint_dir(request: _Request, job_id: str) -> Path:
 
 
 def _check_job_checkpoints(request: _Request) -> None:
-    """Before any worker starts: refuse checkpoints of another job, warn when none is readable."""
+    """Before any worker starts: refuse checkpoints of another job, or none of which is readable."""
     from spottrain.cli import options
 
-    note = options.job_checkpoints(request.job_id, _checkpoint_dir(request, request.job_id or "-"))
-    if note:
-        err.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
+    options.job_checkpoints(request.job_id, _checkpoint_dir(request, request.job_id or "-"))
 
 
 def _job_settings(request: _Request, job_id: str, interval_s: float | None) -> dict[str, str]:
