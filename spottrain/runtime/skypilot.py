@@ -47,6 +47,9 @@ _AWS_ZONE_ID = re.compile(r"^[a-z]{2,5}\d+-az\d+$")
 CHECKPOINT_MOUNT = "/spottrain-checkpoints"
 DIST_MOUNT = "/spottrain-dist"
 CONDA_ENV = "spottrain"
+INPUT_ERROR_ENV = "SPOTTRAIN_INPUT_ERROR_FILE"
+"""Names the node-local file in which a worker under torchrun reports the user's input error
+(spottrain.runtime.torchrun_guard; the managed-torchrun task's run script reads it)."""
 
 
 def _version() -> str:
@@ -234,13 +237,24 @@ def task_config(task: SkyTask) -> dict[str, Any]:
     config["setup"] = task.install.setup_script(task.dist_dir)
     nproc = "${SKYPILOT_NUM_GPUS_PER_NODE:-1}" if task.accelerators else "1"
     user = " ".join(shlex.quote(a) for a in _torchrun_args(task.command))
+    # Each worker runs under spottrain.runtime.torchrun_guard: on the user's input error it writes
+    # the one-line message to a node-local file and stops the agent, so torchrun does not restart
+    # it; the script then exits 87, which SkyPilot takes for a user-code failure (no relaunch).
     config["run"] = "\n".join([
         "set -e",
         f"conda activate {CONDA_ENV}",
         'HEAD_IP=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+        f'export {INPUT_ERROR_ENV}="$(mktemp -u "${{TMPDIR:-/tmp}}/spottrain-input-error.XXXXXX")"',
+        "rc=0",
         f'torchrun --nnodes="$SKYPILOT_NUM_NODES" --nproc-per-node="{nproc}" --node-rank="$SKYPILOT_NODE_RANK" '
         f'--rdzv-backend=c10d --rdzv-endpoint="$HEAD_IP:{RDZV_PORT}" --rdzv-id="$SKYPILOT_TASK_ID" '
-        f"--max-restarts={int(task.max_restarts)} {user}",
+        f"--max-restarts={int(task.max_restarts)} -m spottrain.runtime.torchrun_guard {user} || rc=$?",
+        f'if [ -s "${INPUT_ERROR_ENV}" ]; then',
+        f'  head -n1 "${INPUT_ERROR_ENV}" >&2; rm -f "${INPUT_ERROR_ENV}"',
+        "  echo 'spottrain: stopped on the input error above; not restarted' >&2",
+        "  exit 87",
+        "fi",
+        'exit "$rc"',
         "",
     ])
     return config
