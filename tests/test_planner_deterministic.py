@@ -20,6 +20,7 @@ def _chosen(r):
 
 
 def test_same_request_twice_same_plan_even_on_a_slow_machine(monkeypatch):
+    monkeypatch.setattr(formulation, "ENUMERATE_MAX_PLANS", 0)  # the lazy MILP, as larger problems get it
     w = Workload.from_zoo("resnet50", 64)
     first = plan(w, **REQUEST)
     assert first.stats["milp_calls"] > 3  # the search really iterates
@@ -30,3 +31,17 @@ def test_same_request_twice_same_plan_even_on_a_slow_machine(monkeypatch):
     second = plan(w, **REQUEST)
     assert next(ticks) > first.stats["exact_evaluations"]  # the search read the slow clock at every step
     assert _chosen(second) == _chosen(first)
+
+
+def test_the_enumerated_search_proves_the_lazy_milps_plan(monkeypatch):
+    # the same request's mixes are few enough to enumerate: checked against the MILP's own rows and
+    # evaluated best-first, they give the lazy MILP's plan, proven, with no MILP solve
+    w = Workload.from_zoo("resnet50", 64)
+    enumerated = plan(w, **REQUEST)
+    assert enumerated.stats["milp_calls"] == 0 and enumerated.stats["plans_enumerated"] > 1000
+    assert enumerated.stats["proven_optimal"]
+    monkeypatch.setattr(formulation, "ENUMERATE_MAX_PLANS", 0)
+    milp = plan(w, **REQUEST)
+    assert milp.stats["milp_calls"] > 3
+    assert milp.best.groups == enumerated.best.groups
+    assert milp.best.prediction.cost_usd == enumerated.best.prediction.cost_usd

@@ -12,7 +12,7 @@ from spottrain.planner.engine import market_mask, prepare, solve
 from spottrain.planner.formulation import SolveStats
 from spottrain.types import ClusterGroup, ClusterSpec
 
-from test_planner_solver import SYNTHETIC, WORKLOAD, brute_force, offer  # noqa: E402
+from test_planner_solver import SYNTHETIC, WORKLOAD, brute_force, offer, search  # noqa: E402,F401
 
 ONE_GPU = [o for o in SYNTHETIC if o.gpu_count == 1] + [offer("syn.k80", "K80", 1, 0.90, 0.27)]
 """One-GPU nodes: T4 (cheapest per sample), K80 (slower, dearer), V100 (fastest, dearest)."""
@@ -30,7 +30,7 @@ def best_single_gpu_model(ctx, mask):
 
 
 @pytest.mark.parametrize("deadline_h", [16, 20, 40])
-def test_quota_on_the_cheapest_type_makes_a_sync_gpu_mix_the_optimum(deadline_h):
+def test_quota_on_the_cheapest_type_makes_a_sync_gpu_mix_the_optimum(deadline_h, search):
     ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=ONE_GPU, max_nodes=7,
                   quotas={"syn.t4": 2}, sync="sync")
     mask = market_mask(ctx, spot=False, on_demand=True)
@@ -39,6 +39,7 @@ def test_quota_on_the_cheapest_type_makes_a_sync_gpu_mix_the_optimum(deadline_h)
     want, single = brute_force(ctx, mask, "min-cost"), best_single_gpu_model(ctx, mask)
     assert want is not None and got is not None and stats.proven_optimal
     assert got.cost_usd == pytest.approx(want.cost_usd, rel=1e-9)
+    assert (stats.plans_enumerated > 0, stats.milp_calls > 0) == ((True, False) if search == "enumerated" else (False, True))
     gpus = {ctx.cands[i].gpu for i, _ in got.picks}
     if want.cost_usd < single.cost_usd * (1 - 1e-9):
         assert len(gpus) == 2, "the brute-force optimum mixes GPU models; the planner must find it"
@@ -46,7 +47,7 @@ def test_quota_on_the_cheapest_type_makes_a_sync_gpu_mix_the_optimum(deadline_h)
         assert len(gpus) == 1
 
 
-def test_some_deadline_makes_the_gpu_mix_strictly_cheaper():
+def test_some_deadline_makes_the_gpu_mix_strictly_cheaper(search):
     wins = 0
     for deadline_h in (18, 20, 22):
         ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=ONE_GPU, max_nodes=7,

@@ -6,7 +6,7 @@ import pytest
 from spottrain.catalog import Offer
 from spottrain.errors import InfeasibleError, InputError
 from spottrain.perf.workload import Workload
-from spottrain.planner import plan
+from spottrain.planner import formulation, plan
 from spottrain.planner.engine import market_mask, prepare, solve
 from spottrain.planner.exhaustive import all_plans
 
@@ -30,6 +30,15 @@ SYNTHETIC = [
 ]
 
 
+@pytest.fixture(params=["enumerated", "milp"])
+def search(request, monkeypatch):
+    """Both searches of a mix: plans enumerated and checked against the MILP's rows, and the lazy
+    MILP with no-good cuts (what larger problems get)."""
+    if request.param == "milp":
+        monkeypatch.setattr(formulation, "ENUMERATE_MAX_PLANS", 0)
+    return request.param
+
+
 def brute_force(ctx, mask, objective):
     """Every plan of up to 3 kinds in one placement group, evaluated exactly."""
     best = None
@@ -44,7 +53,7 @@ def brute_force(ctx, mask, objective):
 
 @pytest.mark.parametrize("deadline_h,quotas", [(30, None), (12, {"syn.v100a": 3}), (6, {"syn.v100a": 2, "syn.v100b": 2}),
                                                (9, {"syn.t4x4": 1})])
-def test_min_cost_equals_brute_force(deadline_h, quotas):
+def test_min_cost_equals_brute_force(deadline_h, quotas, search):
     ctx = prepare(WORKLOAD, samples=20e6, deadline_s=deadline_h * 3600, offers=SYNTHETIC, max_nodes=6, quotas=quotas)
     mask = market_mask(ctx)
     got = solve(ctx, mask=mask)
@@ -55,7 +64,7 @@ def test_min_cost_equals_brute_force(deadline_h, quotas):
         assert got.p_deadline >= 0.95
 
 
-def test_quota_forces_a_mix_that_brute_force_confirms():
+def test_quota_forces_a_mix_that_brute_force_confirms(search):
     ctx = prepare(WORKLOAD, samples=20e6, deadline_s=5 * 3600, offers=SYNTHETIC, max_nodes=6,
                   quotas={"syn.v100a": 2, "syn.v100b": 2})
     got = solve(ctx, mask=market_mask(ctx))
@@ -64,7 +73,7 @@ def test_quota_forces_a_mix_that_brute_force_confirms():
 
 
 @pytest.mark.parametrize("budget", [30.0, 60.0, 200.0])
-def test_max_throughput_within_budget_equals_brute_force(budget):
+def test_max_throughput_within_budget_equals_brute_force(budget, search):
     ctx = prepare(WORKLOAD, samples=20e6, budget_usd=budget, offers=SYNTHETIC, max_nodes=5,
                   quotas={"syn.v100a": 2})
     mask = market_mask(ctx)

@@ -16,7 +16,7 @@ from rich.table import Table
 from spottrain.catalog import CLOUDS, load_catalog
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import (
-    format_duration, format_probability, format_rate, format_usd, parse_count, parse_money_usd,
+    format_duration, format_probability, format_rate, format_usd, parse_count, parse_money_usd, plural,
 )
 
 # lazy: cli.main loads every command module at start-up, so the planner, perf, profiler and the
@@ -384,7 +384,7 @@ def _render(result, out, report, refinement=None) -> None:
         _render_refinement(console, refinement)
     s = result.stats
     console.print(f"[dim]solver: {s.get('columns', 0):,} columns, {s.get('columns_after_pruning', 0)} after pruning, "
-                  f"{s.get('milp_calls', 0)} MILP solves, {s.get('seconds', 0):.3f} s[/]")
+                  f"{_search_words(s)}, {s.get('seconds', 0):.3f} s[/]")
     if out is not None:
         console.print(f"plan saved to {out}")
     if report is not None:
@@ -415,3 +415,13 @@ def _render_refinement(console, ref, top: int = 8) -> None:
     console.print(verdict)
     for note in ref.notes:
         console.print(f"[dim]{note}[/]")
+
+
+def _search_words(s: dict) -> str:
+    """How the mixes were searched: plans enumerated against the MILP's rows, MILP solves, or both."""
+    parts = []
+    if s.get("plans_enumerated"):
+        parts.append(plural(s["plans_enumerated"], "mix", "mixes") + " enumerated")
+    if s.get("milp_calls") or not parts:
+        parts.append(plural(s.get("milp_calls", 0), "MILP solve"))
+    return ", ".join(parts) + f", {plural(s.get('exact_evaluations', 0), 'exact evaluation')}"
