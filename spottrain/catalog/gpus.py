@@ -136,11 +136,17 @@ def canonical_gpu(name: str) -> str:
 
     Raises :class:`~spottrain.errors.UnknownNameError` with the near miss if unknown.
     """
-    specs, keys = _table()
-    canonical = next((keys[k] for k in _lookup_keys(name) if k in keys), None)
+    canonical = _canonical_or_none(name)
     if canonical is None:
-        raise UnknownNameError("GPU", name, specs)
+        raise UnknownNameError("GPU", name, _table()[0])
     return canonical
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_or_none(name: str) -> str | None:
+    """The lookup of :func:`canonical_gpu`, cached: a catalog load asks it for every offer."""
+    keys = _table()[1]
+    return next((keys[k] for k in _lookup_keys(name) if k in keys), None)
 
 
 def gpu_label(name: str) -> str:

@@ -23,9 +23,9 @@ stopped whatever the fitted law says: S(t) = 0 for t >= cap and samples are clip
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
-from scipy import special
 
 from spottrain.errors import InputError, NotFittedError
 
@@ -263,7 +263,7 @@ class KaplanMeier(LifetimeModel):
         self._check()
         alpha = self.alpha if alpha is None else alpha
         t = np.asarray(t, float)
-        z = special.ndtri(1 - alpha / 2)
+        z = NormalDist().inv_cdf(1 - alpha / 2)
         s = self._km(t)
         idx = np.searchsorted(self.event_times_s_, t, side="right") - 1
         gw = (np.where(idx >= 0, self.greenwood_[np.maximum(idx, 0)], 0.0)
@@ -309,6 +309,8 @@ class ExponentialLifetime(LifetimeModel):
         """Exact (1 - alpha) band from the chi-square interval of the rate."""
         self._check()
         t = np.asarray(t, float)
+        from scipy import special  # lazy: planning reads fitted laws, never their bands
+
         k = max(self.n_events_, 0)
         # chi-square quantiles: chi2.ppf(q, df) = 2 * gammaincinv(df / 2, q) (scipy.stats costs ~0.7 s to import)
         lo_rate = 2 * special.gammaincinv(k, alpha / 2) / (2 * self.exposure_s_) if k else 0.0
