@@ -58,8 +58,9 @@ def test_user_command_cannot_inject_shell(tmp_path: Path) -> None:
     config = task_config(SkyTask(name="job", command=evil, num_nodes=1, accelerators=None, use_spot=True))
     _sky_validate(config)
     torchrun_line = [line for line in config["run"].splitlines() if line.startswith("torchrun")][0]
-    tokens = shlex.split(torchrun_line)
-    assert tokens[-4:] == evil[1:]  # each token arrives verbatim as one argument
+    assert torchrun_line.endswith(" || rc=$?")  # the script reads the exit code (an input error ends with 87)
+    tokens = shlex.split(torchrun_line.removesuffix(" || rc=$?"))
+    assert tokens[-6:] == ["-m", "spottrain.runtime.torchrun_guard", *evil[1:]]  # each token verbatim, one argument
     with pytest.raises(InputError, match="job name"):
         task_config(SkyTask(name="x; rm -rf /", command=["python", "t.py"], num_nodes=1, accelerators=None, use_spot=True))
     with pytest.raises(InputError, match="bucket"):
