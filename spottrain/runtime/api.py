@@ -27,7 +27,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from pathlib import Path
@@ -124,6 +125,27 @@ class _Membership(Exception):
     """Internal: the process group must be re-formed (peer lost, member left or joined)."""
 
 
+class _CommFailure(Exception):
+    """Internal: a collective of the current group failed with a plain ``RuntimeError`` (gloo's
+    "connection closed", a send or receive that timed out on a lossy link) where no training code
+    ran: the runtime's own collectives, or DDP's gradient all-reduce after the backward pass had
+    produced every gradient. Not the user's error; the group is re-formed (see ``Trainer._loop``)."""
+
+
+@contextmanager
+def _collective(active: bool, what: str) -> Iterator[None]:
+    """Turn a plain ``RuntimeError`` raised by a collective into :class:`_CommFailure` (the
+    ``torch.distributed`` errors keep their own type and handling) when ``active``."""
+    try:
+        yield
+    except dist.DistError:
+        raise
+    except RuntimeError as exc:
+        if not active:
+            raise
+        raise _CommFailure(f"{what}: {(str(exc).splitlines() or [''])[0][:160]}") from exc
+
+
 class Trainer:
     """Fault-tolerant data-parallel training loop (see the module docstring)."""
 
@@ -168,6 +190,12 @@ class Trainer:
         self._abort_req = -1
         self._stopping: str | None = None
         self._released: bool | None = None
+        self._sync = _SyncTimer()
+        self._n_trainable = 0
+        for p in self.model.parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._sync.grad_ready)
+                self._n_trainable += 1
         if config.run_dir:
             Path(config.run_dir).mkdir(parents=True, exist_ok=True)
             self._events = open(Path(config.run_dir) / f"events-{self.worker_id}.jsonl", "a", buffering=1)
@@ -245,13 +273,22 @@ class Trainer:
                 self._train_step()
                 self._boundary()
                 failures = 0
-            except (_Membership, TimeoutError, dist.DistError) as exc:
-                # By type: our own membership signal, a timeout, or torch.distributed's errors
-                # (store, network, backend). Never by the words of the message.
+            except _Membership as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            except (TimeoutError, dist.DistError, _CommFailure) as exc:
+                # By type: a timeout, torch.distributed's errors (store, network, backend), or a
+                # collective that failed where no training code runs. Never by the words of the
+                # message. A lost member explains it; otherwise (a send or receive that timed out
+                # on a lossy link, a reset connection) every member is alive, and the controller
+                # is asked for a new generation of the same members (else none would come).
                 if self._elastic is None:
                     raise
-                reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
-
+                first = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+                if self._peer_failure():
+                    reason = first
+                else:
+                    self._request_regroup(first)
+                    reason = f"{first} (no member lost: regroup requested)"
             except RuntimeError as exc:
                 # gloo raises a plain RuntimeError when a peer's connection closes; so may user
                 # code. It is a membership failure only if this worker aborted the group itself
@@ -270,6 +307,14 @@ class Trainer:
             failures += 1
             if failures > 1:  # the store itself is failing (controller gone?): do not spin
                 time.sleep(min(0.05 * failures, 1.0))
+
+    def _request_regroup(self, reason: str) -> None:
+        try:
+            self._elastic.set(f"regroup/{self._gen}", {"worker": self.worker_id, "step": self.step,  # type: ignore[union-attr]
+                                                       "reason": reason})
+        except Exception:  # noqa: BLE001 - the store is gone: the controller-loss path stops this worker
+            return
+        self._event("regroup", gen=self._gen, step=self.step, reason=reason)
 
     def _peer_failure(self) -> bool:
         """True when the failure of a collective is a membership change: this worker cut its
@@ -370,15 +415,20 @@ class Trainer:
             t_wait = time.time() - t0
             self._gen, self._rank, self._world = gen, members.index(self.worker_id), len(members)
             before = socket_inodes()
-            dist.init_process_group(self._backend(), store=self._elastic.group_store(gen), rank=self._rank,
-                                    world_size=self._world, timeout=timedelta(seconds=self.config.pg_timeout_s))
+            with _collective(True, "process group bootstrap"):
+                dist.init_process_group(self._backend(), store=self._elastic.group_store(gen), rank=self._rank,
+                                        world_size=self._world, timeout=timedelta(seconds=self.config.pg_timeout_s))
         elif "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
             dist.init_process_group(self._backend(), timeout=timedelta(seconds=max(self.config.pg_timeout_s, 60)))
             self._gen, self._rank, self._world = 0, dist.get_rank(), dist.get_world_size()
         else:
             self._gen, self._rank, self._world = 0, 0, 1
         t_init = time.time()
-        source = self._exchange_state() if dist.is_initialized() else ("memory" if not self._fresh else "init")
+        if dist.is_initialized():
+            with _collective(self._elastic is not None, "state exchange"):
+                source = self._exchange_state()
+        else:
+            source = "memory" if not self._fresh else "init"
         t_exchange = time.time()
         if self.config.rescale == "scale-lr":
             ref = self.config.planned_world_size or self._world
@@ -467,6 +517,9 @@ class Trainer:
         micro = cfg.micro_batch_size or len(mine)
         chunks = [mine[i:i + micro] for i in range(0, len(mine), micro)]
         model = self._ddp if self._ddp is not None else self.model
+        # The all-reduce is timed on CPU (gloo) workers of a group: on a GPU the host does not wait for it.
+        timed = self._ddp is not None and self._rank == 0 and self.device.type == "cpu"
+        sync_s: float | None = None
         self.optimizer.zero_grad(set_to_none=True)
         for i, idx in enumerate(chunks):
             batch = self._fetch(idx)
@@ -476,6 +529,19 @@ class Trainer:
             if self._ddp is not None and not last:
                 with self._ddp.no_sync():
                     (self.loss_fn(model, batch) * scale).backward()
+            elif self._ddp is not None:  # the last micro-batch: DDP all-reduces its gradients
+                loss = self.loss_fn(model, batch) * scale
+                try:
+                    waited = self._sync.backward(loss)
+                except dist.DistError:
+                    raise
+                except RuntimeError as exc:
+                    # Every gradient was produced, so the backward pass (the training code) is
+                    # done and what failed is DDP's wait for the all-reduce.
+                    if self._elastic is None or self._sync.count < self._n_trainable:
+                        raise
+                    raise _CommFailure(f"gradient all-reduce: {(str(exc).splitlines() or [''])[0][:160]}") from exc
+                sync_s = waited if timed else None
             else:
                 (self.loss_fn(model, batch) * scale).backward()
         self.optimizer.step()
@@ -484,7 +550,10 @@ class Trainer:
         self.sampler.advance(batch_size)
         self.step += 1
         if self._rank == 0:
-            self._event("step", step=self.step, gen=self._gen, world=self._world)
+            if sync_s is not None:
+                self._event("step", step=self.step, gen=self._gen, world=self._world, sync_time_s=round(sync_s, 6))
+            else:
+                self._event("step", step=self.step, gen=self._gen, world=self._world)
             if self._elastic is not None:
                 self._elastic.set("progress", self.step)
 
@@ -510,7 +579,8 @@ class Trainer:
         flags[0], flags[1], flags[2] = int(ctl["gen"]), want_ckpt, int(ctl["ckpt"])
         flags[3 + self._rank] = leaving
         if dist.is_initialized():
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            with _collective(self._elastic is not None, "step-boundary all-reduce"):
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         flags = flags.cpu()
         leavers = [r for r in range(self._world) if flags[3 + r] > 0]
         stay = [r for r in range(self._world) if r not in leavers]
@@ -605,7 +675,8 @@ class Trainer:
         if dist.is_initialized() and self._world > 1:
             # If rank 0 dies while writing the final checkpoint, this fails and the survivors
             # re-form; the new rank 0 writes it.
-            dist.barrier()
+            with _collective(self._elastic is not None, "final barrier"):
+                dist.barrier()
 
     # ------------------------------------------------------------------ signals
     def _install_signal_handler(self) -> None:
@@ -624,6 +695,42 @@ class Trainer:
         # Only a flag: the step boundary acts on it (store and collectives are not reentrant).
         if self._notice_at is None:
             self._notice_at = time.monotonic()
+
+
+class _SyncTimer:
+    """Times the gradient all-reduce a step waits for: from the moment the backward pass has
+    accumulated its last gradient (a post-accumulate hook on every parameter; DDP launches the
+    last bucket's all-reduce then) to the moment ``backward()`` returns (DDP's final callback has
+    waited for every bucket's all-reduce and copied the result back). The all-reduces of earlier
+    buckets overlap the backward pass; what they add beyond it is in this wait too. That is the
+    ``sync_time_s`` of the measurement table (what PyTorch DDP and AdaptDL time as the step's sync
+    time) and what the run's measurement rows store (:mod:`spottrain.runtime.record`). The
+    collective itself is untouched: no communication hook is registered."""
+
+    __slots__ = ("armed", "last_grad", "count")
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.last_grad = 0.0
+        self.count = 0
+        """Gradients accumulated in the current timed backward pass."""
+
+    def grad_ready(self, param: torch.Tensor) -> None:
+        if self.armed:
+            self.last_grad = time.perf_counter()
+            self.count += 1
+
+    def backward(self, loss: torch.Tensor) -> float:
+        """``loss.backward()``; returns the seconds it waited for the all-reduce after its last gradient."""
+        self.last_grad = 0.0
+        self.count = 0
+        self.armed = True
+        try:
+            loss.backward()
+            end = time.perf_counter()
+        finally:
+            self.armed = False
+        return max(end - self.last_grad, 0.0) if self.last_grad else 0.0
 
 
 def _input_error_exit(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:

@@ -381,6 +381,8 @@ class FleetController(MembershipPublisher):
                 self._lost(node, "left")
             elif node.ready and not self.finished:
                 self._check_liveness(node)
+        if self.formed and not self.finished:
+            self.check_regroup(lambda m: m in self.nodes and not self.nodes[m].gone and not self.nodes[m].released)
         if self.held_after is not None and self.progress() >= self.held_after[0]:
             held, self.held_after = self.held_after[1], None
             self.release(held)

@@ -478,6 +478,8 @@ class _Controller(MembershipPublisher):
                 if not w.released:
                     self.decide("revoked", w.wid, w.slot, extra=self._view_of(w))
         self._check_formation()
+        if not self.finished:
+            self.check_regroup(self._alive)
         for w in self.live():
             if not w.ready and self.store.check([f"ready/{w.wid}"]):
                 w.ready = True

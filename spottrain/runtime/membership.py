@@ -9,6 +9,7 @@ implementation. torch-free: the store is passed in.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 
@@ -40,6 +41,27 @@ class MembershipPublisher:
         # member abandon it at once (abort), instead of waiting for the collective's timeout.
         self.liveness.broadcast({"gen": self.gen, "abort": abort})
         self.record("membership", gen=self.gen, members=list(members), world=len(members))
+
+    def check_regroup(self, alive: Callable[[str], bool]) -> bool:
+        """A member whose collective failed while no member was lost (a send or receive that
+        timed out on a lossy link, a reset connection) posts ``regroup/<gen>``: the members still
+        alive form a new generation (``abort``: the others abandon the old group's collective at
+        once). Returns whether a new generation was published."""
+        if self.gen < 0 or not self.store.check([f"regroup/{self.gen}"]):
+            return False
+        key = f"regroup/{self.gen}"
+        try:
+            info = json.loads(self.store.get(key))
+        except (ValueError, TypeError):
+            info = {}
+        self.store.delete_key(key)
+        self.record("regroup", gen=self.gen, worker=info.get("worker"), step=info.get("step"),
+                    reason=info.get("reason"))
+        members = [m for m in self.members if alive(m)]
+        if not members:
+            return False
+        self.publish(members, abort=True)
+        return True
 
     def request_checkpoint(self) -> None:
         """Every member checkpoints at the next step boundary (they agree on the step)."""
