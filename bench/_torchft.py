@@ -65,7 +65,16 @@ def load_state_dict(sd):
     model.load_state_dict(sd["model"]); opt.load_state_dict(sd["optim"]); sampler.load_state_dict(sd["sampler"])
 store = dist.TCPStore(addr, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
 t5 = timedelta(seconds=float(os.environ.get("TORCHFT_BENCH_TIMEOUT_S", "5")))
+from torchft.checkpointing import HTTPTransport
+class HostTransport(HTTPTransport):
+    # torchft's checkpoint server (what a healing replica fetches the live state from) advertises
+    # socket.gethostname(); on this machine that name resolves to 127.0.0.1, which inside a
+    # namespace host is the healing replica's own loopback: "Connection refused", the heal fails
+    # and the replicas' first all-reduce times out. Advertise the host's own address instead.
+    def address(self):
+        return f"http://{addr}:{self._server.socket.getsockname()[1]}/checkpoint/"
 manager = Manager(pg=ProcessGroupGloo(timeout=t5), load_state_dict=load_state_dict, state_dict=state_dict,
+                  checkpoint_transport=HostTransport(timeout=t5, num_chunks=0),
                   min_replica_size=1, use_async_quorum=False, timeout=t5, quorum_timeout=t5, connect_timeout=t5,
                   rank=0, world_size=1, store_addr=addr, store_port=store.port, lighthouse_addr=lighthouse,
                   replica_id=rid, hostname=addr)
@@ -216,12 +225,28 @@ def run_one(kind: str | None, args: Any, tmp: Path) -> dict[str, Any]:
                            "failure": failure or (None if final else _last_error(d)), "orphans": orphans,
                            "completed": completed, "gone_s": gone_s}
     if fault_t is not None and kind != "launcher-kill":
+        # Every replica logs every step it commits: the job's progress is the newest step any
+        # replica committed. Recovery: the fault -> the first step newer than the newest before
+        # it (a replica finishing the step in flight is not progress). Lost steps: how far any
+        # replica's own step counter went back (0 when committed steps survive).
         before = max((s for t, s, _ in steps if t <= fault_t), default=0)
-        after = next(((t, s) for t, s, _ in sorted(steps) if t > fault_t), None)
+        after = next(((t, s) for t, s, _ in sorted(steps) if t > fault_t and s > before), None)
         row["recovery_s"] = round(after[0] - fault_t, 3) if after else None
-        near = sorted(t for t, _, _ in steps if fault_t - 5 <= t <= fault_t + 60)
-        row["max_stall_s"] = max((b - a for a, b in zip(near, near[1:])), default=None)
-        row["lost_steps"] = max(0, before - (after[1] - 1)) if after else None
+        progress, newest = [], 0
+        for t, s, _ in sorted(steps):
+            if s > newest:
+                newest = s
+                if fault_t - 5 <= t <= fault_t + 60:
+                    progress.append(t)
+        row["max_stall_s"] = max((b - a for a, b in zip(progress, progress[1:])), default=None)
+        lost = 0
+        for rid in {r for _, _, r in steps}:
+            mine = sorted((t, s) for t, s, r in steps if r == rid)
+            last_before = max((s for t, s in mine if t <= fault_t), default=None)
+            first_after = next((s for t, s in mine if t > fault_t), None)
+            if last_before is not None and first_after is not None:
+                lost = max(lost, last_before - (first_after - 1))
+        row["lost_steps"] = lost if after else None
     else:
         row["recovery_s"], row["lost_steps"] = None, None
     if kind in ("loss", "delay") and fault_t is not None:

@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,25 @@ def _controller_main(spec_json: str) -> None:
 
 
 # ---------------------------------------------------------------------------- soak
+def _last_step(run_dir: Path) -> int:
+    """The newest step any worker logged (read from the ends of the event files)."""
+    best = 0
+    for path in Path(run_dir).glob("events-*.jsonl"):
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(fh.seek(0, 2) - 4096, 0))
+                tail = fh.read().decode(errors="replace").splitlines()[1:]
+        except OSError:
+            continue
+        for line in tail:
+            if '"step"' in line:
+                try:
+                    best = max(best, int(json.loads(line)["step"]))
+                except (ValueError, KeyError):
+                    continue
+    return best
+
+
 SOAK_KINDS = ("kill", "sigterm", "stop", "linkdown", "loss", "delay", "vanish")
 
 
@@ -255,20 +275,64 @@ def soak(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         if kind == "linkdown" and not dur:
             dur = ""
         spec.append(f"{kind}:{worker}@{t:.0f}s{dur}")
-    # enough steps to outlast the soak at the measured rate (the job must also complete)
-    steps = args.soak_steps or int(max(getattr(args, "rate", 1.0), 0.5) * args.soak * 0.8)
+    # The job must outlast the fault schedule and then complete. Its speed on a shared machine
+    # varies tenfold with the load, so it is paced: every forward pass sleeps for the time in a
+    # file (SPOTTRAIN_EXAMPLE_SLEEP_FILE, timing only), which the bench adjusts every 5 s so that
+    # the job ends about a minute after the last scheduled fault (--soak-rate steps/s on average).
+    steps = args.soak_steps or int(args.soak_rate * (args.soak + 60))
+    pace_file = tmp / "soak-pace"
+    pace_file.write_text("0.05")
     with Network(hosts=args.hosts) as net:
         job = _job(net, args.example, steps, tmp, "soak", inject=",".join(spec), interval_s=10.0)
-        job.timeout_s = args.soak + 1800
+        job.env["SPOTTRAIN_EXAMPLE_SLEEP_FILE"] = str(pace_file)
+        job.timeout_s = 2 * args.soak + 1800
         job.max_replacements = 1000
+        loads: list[float] = []
+        done = threading.Event()
+
+        def sample_load() -> None:  # the machine is shared: the 1-minute load average every 15 s
+            while not done.wait(15.0):
+                loads.append(os.getloadavg()[0])
+
+        def pace() -> None:
+            sleep, last = 0.05, None
+            end = t0 + args.soak + 60
+            while not done.wait(5.0):
+                now, step = time.monotonic(), _last_step(job.run_dir)
+                if last is not None and step > last[1]:
+                    per_step = (now - last[0]) / (step - last[1])  # compute + the current sleep
+                    left = end - now
+                    want = left / (steps - step) if left > 0 and step < steps else 0.0
+                    sleep = min(max(want - (per_step - sleep), 0.0), 1.0)
+                    pace_file.write_text(f"{sleep:.4f}")
+                last = (now, step)
+
         t0 = time.monotonic()
-        s = run_local(job)
+        sampler = threading.Thread(target=sample_load, daemon=True)
+        sampler.start()
+        threading.Thread(target=pace, daemon=True).start()
+        injected: dict[str, int] = {}
+        skipped: list[str] = []
+
+        def on_event(kind: str, ev: dict[str, Any]) -> None:
+            if kind == "inject":
+                injected[ev["fault"]] = injected.get(ev["fault"], 0) + 1
+            elif kind == "inject_skipped":
+                skipped.append(f"{ev['fault']}:{ev['target']} ({ev['reason']})")
+
+        s = run_local(job, on_event=on_event)
         wall = time.monotonic() - t0
+        done.set()
         time.sleep(1.0)
         orphans = len(job_pids(job.run_dir)) + sum(len(h.pids()) for h in net.hosts)
     ck = Checkpointer(job.checkpoint_dir, job_id=job.job_id)
     listed = ck.list()
-    loadable = sum(1 for info in listed if load_checkpoint(info.path, job_id=job.job_id)["step"] == info.step)
+    loadable = 0
+    for info in listed:
+        try:
+            loadable += load_checkpoint(info.path, job_id=job.job_id)["step"] == info.step
+        except Exception as exc:  # noqa: BLE001 - counted as not loadable and named
+            print(f"checkpoint {info.path} not loadable: {exc}", flush=True)
     kinds: dict[str, int] = {}
     for item in spec:
         kinds[item.split(":")[0]] = kinds.get(item.split(":")[0], 0) + 1
@@ -277,7 +341,9 @@ def soak(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "failure": s.failure, "completed": s.completed_steps, "steps": steps, "orphans": orphans,
             "revocations": s.revocations, "lost_steps": s.lost_steps,
             "max_recovery_s": max(rec) if rec else None, "median_recovery_s": statistics.median(rec) if rec else None,
-            "checkpoints": len(listed), "checkpoints_loadable": loadable, "final": s.final_checkpoint}
+            "checkpoints": len(listed), "checkpoints_loadable": loadable, "final": s.final_checkpoint,
+            "injected": injected, "skipped": skipped, "spec": ",".join(spec),
+            "load_median": statistics.median(loads) if loads else None, "load_max": max(loads, default=None)}
 
 
 # ---------------------------------------------------------------------------- main
@@ -300,7 +366,8 @@ def main() -> None:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--torchft", action="store_true", help="also run torchft 0.2.0 through the fault matrix")
     ap.add_argument("--soak", type=float, default=0.0, help="seconds of soak (0: none)")
-    ap.add_argument("--soak-steps", type=int, default=0, help="steps of the soak job (0: from the measured rate)")
+    ap.add_argument("--soak-steps", type=int, default=0, help="steps of the soak job (0: --soak-rate x its length)")
+    ap.add_argument("--soak-rate", type=float, default=3.0, help="average steps/s the soak job is paced to")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-ours", action="store_true", help="no fault matrix of the spottrain runtime")
@@ -376,14 +443,19 @@ def main() -> None:
         print(json.dumps(res), flush=True)
         lines += [f"## Soak: {args.soak / 60:g} minutes, a random fault every 20-60 s, {args.hosts} hosts", "",
                   "| figure | value |", "|---|---|",
-                  f"| faults injected | {res['faults']} ({', '.join(f'{k} {v}' for k, v in sorted(res['kinds'].items()))}) |",
+                  f"| faults scheduled | {res['faults']} ({', '.join(f'{k} {v}' for k, v in sorted(res['kinds'].items()))}) |",
+                  f"| faults injected | {sum(res['injected'].values())} "
+                  f"({', '.join(f'{k} {v}' for k, v in sorted(res['injected'].items()))}) |",
+                  f"| faults skipped (no live target, or due after the job ended) | {len(res['skipped'])} |",
                   f"| job completed | {'yes' if res['ok'] else 'NO: ' + str(res['failure'])} "
                   f"({res['completed']} / {res['steps']} steps, {res['wall_s'] / 60:.1f} min) |",
                   f"| workers lost (revocations) | {res['revocations']} |",
                   f"| lost steps | {res['lost_steps']} |",
                   f"| recovery, median / max | {_fmt(res['median_recovery_s'], ' s')} / {_fmt(res['max_recovery_s'], ' s')} |",
                   f"| orphan processes after the job | {res['orphans']} |",
-                  f"| checkpoints kept / loadable | {res['checkpoints']} / {res['checkpoints_loadable']} |", ""]
+                  f"| checkpoints kept / loadable | {res['checkpoints']} / {res['checkpoints_loadable']} |",
+                  f"| load average (1 min) during the soak, median / max | {_fmt(res['load_median'], '', 1)} / "
+                  f"{_fmt(res['load_max'], '', 1)} |", ""]
     lines += [f"Bench wall time {(time.time() - t_start) / 60:.1f} min.", ""]
     print("\n".join(lines))
     if args.out:
