@@ -74,3 +74,26 @@ def test_a_silent_worker_and_the_chiefs_host_vanishing(tmp_path: Path, net: Netw
     cut = [ln for ln in (job.run_dir / "events-w1.jsonl").read_text().splitlines() if '"stopped"' in ln]
     assert cut, "the cut-off worker did not stop by itself"
     assert net.hosts[1].pids() == []
+
+
+def test_an_impairment_replaces_the_one_in_place() -> None:
+    """The soak's random faults hit the same host twice: loss after a delay (a root qdisc of
+    another kind) or after a loss (its classes exist) once failed the tc command and ended the
+    controller. Each new impairment replaces the last; clearing leaves the default qdisc."""
+    import subprocess
+
+    with Network(hosts=1) as network:
+        host = network.hosts[0]
+
+        def root_qdisc() -> str:
+            out = subprocess.run(["tc", "qdisc", "show", "dev", host.link], capture_output=True, text=True).stdout
+            return out.split()[1] if out.split() else ""
+
+        for kind in ("delay", "loss", "loss", "delay", "loss"):
+            applied = network.impair(host, kind)
+            want = "netem" if applied.startswith("netem") else ("tbf" if kind == "delay" else "htb")
+            assert root_qdisc() == want, (kind, applied)
+        network.clear_impairment(host)
+        assert root_qdisc() not in ("tbf", "htb", "netem")
+        tag = network.tag
+    assert leftovers(tag) == []

@@ -714,6 +714,11 @@ class _Controller(MembershipPublisher):
                     self._later(inj.duration_s, lambda: net.clear_impairment(host), f"impairment off {host.name}")
         except ProcessLookupError:
             return
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            # The fault could not be made (a tc or ip command refused): the job is not at fault
+            # and goes on; the record says which fault was not injected and why.
+            self.record("inject_failed", target=target.wid, fault=inj.kind, error=str(exc)[:300])
+            return
         self.record("inject", worker=target.wid, slot=target.slot, fault=inj.kind, chief=chief,
                     host=host.name if host is not None else None)
 

@@ -173,6 +173,9 @@ class Network:
             raise ValueError(f"unknown impairment {kind!r}")
         spec = f"loss {loss * 100:g}%" if kind == "loss" else f"delay {delay_ms:g}ms {delay_ms / 5:g}ms"
         ends = ((None, host.link), (host.netns, host.ifname))
+        # A new impairment replaces the one in place (a root qdisc of another kind cannot be
+        # "replaced" in place, and the loss classes would exist twice).
+        self.clear_impairment(host)
         if _tc(None, "qdisc", "replace", "dev", host.link, "root", "netem", *spec.split(), check=False) == 0:
             _tc(host.netns, "qdisc", "replace", "dev", host.ifname, "root", "netem", *spec.split())
             host.netem = f"netem {spec}"
