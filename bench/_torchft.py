@@ -1,7 +1,7 @@
 """torchft 0.2.0 through the same fault matrix as the spottrain runtime (bench/runtime.py --torchft).
 
 One torchft replica per namespace host (replica group of one process: its own TCPStore,
-``Manager`` with ``ProcessGroupGloo``, synchronous quorum, 5 s timeouts), a Lighthouse in the
+``Manager`` with ``ProcessGroupGloo``, synchronous quorum, 5 s timeouts, 15 s for the quorum call), a Lighthouse in the
 root namespace on the bridge (heartbeat timeout 5 s, quorum of at least hosts - 1), the same model, data,
 sampler and global batch as the spottrain job (each participant takes its shard of the global
 batch; the Manager averages gradients over the participants), a step committed only when
@@ -65,6 +65,10 @@ def load_state_dict(sd):
     model.load_state_dict(sd["model"]); opt.load_state_dict(sd["optim"]); sampler.load_state_dict(sd["sampler"])
 store = dist.TCPStore(addr, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
 t5 = timedelta(seconds=float(os.environ.get("TORCHFT_BENCH_TIMEOUT_S", "5")))
+# The quorum call waits 3x the Lighthouse's heartbeat timeout: with the same 5 s, the survivors'
+# quorum call timed out just as the Lighthouse dropped the dead replica, the survivors crashed
+# (TimeoutError in Manager._async_quorum) and, when all of them did, the job restarted from step 0.
+tq = 3 * t5
 from torchft.checkpointing import HTTPTransport
 class HostTransport(HTTPTransport):
     # torchft's checkpoint server (what a healing replica fetches the live state from) advertises
@@ -75,7 +79,7 @@ class HostTransport(HTTPTransport):
         return f"http://{addr}:{self._server.socket.getsockname()[1]}/checkpoint/"
 manager = Manager(pg=ProcessGroupGloo(timeout=t5), load_state_dict=load_state_dict, state_dict=state_dict,
                   checkpoint_transport=HostTransport(timeout=t5, num_chunks=0),
-                  min_replica_size=1, use_async_quorum=False, timeout=t5, quorum_timeout=t5, connect_timeout=t5,
+                  min_replica_size=1, use_async_quorum=False, timeout=t5, quorum_timeout=tq, connect_timeout=t5,
                   rank=0, world_size=1, store_addr=addr, store_port=store.port, lighthouse_addr=lighthouse,
                   replica_id=rid, hostname=addr)
 params = [p for p in model.parameters()]
@@ -244,8 +248,12 @@ def run_one(kind: str | None, args: Any, tmp: Path) -> dict[str, Any]:
             mine = sorted((t, s) for t, s, r in steps if r == rid)
             last_before = max((s for t, s in mine if t <= fault_t), default=None)
             first_after = next((s for t, s in mine if t > fault_t), None)
-            if last_before is not None and first_after is not None:
-                lost = max(lost, last_before - (first_after - 1))
+            if first_after is None:
+                continue
+            # a replica started after the fault is compared with the job's progress: one that
+            # commits step 1 again has redone everything (every replica was lost)
+            ref = last_before if last_before is not None else before
+            lost = max(lost, ref - (first_after - 1))
         row["lost_steps"] = lost if after else None
     else:
         row["recovery_s"], row["lost_steps"] = None, None
