@@ -436,7 +436,8 @@ def main() -> None:
         ft_rows = _torchft.matrix(args, tmp, [k for k in faults if k in _torchft.KINDS])
         for row in ft_rows:
             print(json.dumps(row), flush=True)
-        lines += _matrix_table(f"torchft 0.2.0 ({args.torchft_timeout:g} s timeouts)", ft_rows, args)
+        lines += _matrix_table(f"torchft 0.2.0 ({args.torchft_timeout:g} s timeouts, quorum call "
+                               f"{3 * args.torchft_timeout:g} s)", ft_rows, args)
     # 4. soak
     if args.soak > 0:
         res = soak(args, tmp)
@@ -469,16 +470,22 @@ def _matrix_table(engine: str, rows: list[dict[str, Any]], args: argparse.Namesp
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         notes = []
-        if r.get("gone_s") is not None or r["kind"] in ("launcher-kill", "controller-term"):
+        label = LABEL.get(r["kind"], r["kind"])
+        if engine.startswith("torchft") and r["kind"] == "launcher-kill":
+            # torchft's coordinator is the Lighthouse; the harness keeps no checkpoint to rerun from
+            label = "the Lighthouse killed (SIGKILL)"
+            notes.append(f"all replicas gone {_fmt(r.get('gone_s'), ' s', 1)} after; completed {r.get('completed')} "
+                         f"of {args.steps} steps; no checkpoint to resume from")
+        elif r.get("gone_s") is not None or r["kind"] in ("launcher-kill", "controller-term"):
             notes.append(f"all workers gone {_fmt(r.get('gone_s'), ' s', 1)} after; rerun resumed from step "
                          f"{r.get('resumed_from')} (at the fault: {r.get('step_at_fault')})")
         if r["kind"] in ("loss", "delay"):
             notes.append(f"workers declared lost: {r.get('false_losses', r.get('revocations'))}; steps/s "
                          f"{_fmt(r.get('rate_before'))} before, {_fmt(r.get('rate_during'))} during")
-        if r.get("failure") and not r["ok"]:
+        if r.get("failure") and not r["ok"] and not (engine.startswith("torchft") and r["kind"] == "launcher-kill"):
             notes.append(str(r["failure"])[:120])
         diff = r.get("params_diff")
-        out.append(f"| {LABEL.get(r['kind'], r['kind'])} | {'yes' if r['ok'] else 'NO'} | {_fmt(r.get('recovery_s'), ' s')} "
+        out.append(f"| {label} | {'yes' if r['ok'] else 'NO'} | {_fmt(r.get('recovery_s'), ' s')} "
                    f"| {_fmt(r.get('max_stall_s'), ' s')} "
                    f"| {_fmt(r.get('lost_steps'))} | {_fmt(r.get('orphans'))} | "
                    f"{'-' if diff is None else f'{diff:.1e}'} | {'; '.join(notes)} |")
