@@ -33,9 +33,10 @@ def test_same_request_twice_same_plan_even_on_a_slow_machine(monkeypatch):
     assert _chosen(second) == _chosen(first)
 
 
-def test_the_enumerated_search_proves_the_lazy_milps_plan(monkeypatch):
+def test_the_enumerated_search_proves_a_plan_at_least_as_cheap_as_the_lazy_milps(monkeypatch):
     # the same request's mixes are few enough to enumerate: checked against the MILP's own rows and
-    # evaluated best-first, they give the lazy MILP's plan, proven, with no MILP solve
+    # evaluated best-first, they give a proven optimum, with no MILP solve; the lazy MILP stops at
+    # its count limits and says so
     w = Workload.from_zoo("resnet50", 64)
     enumerated = plan(w, **REQUEST)
     assert enumerated.stats["milp_calls"] == 0 and enumerated.stats["plans_enumerated"] > 1000
@@ -43,5 +44,6 @@ def test_the_enumerated_search_proves_the_lazy_milps_plan(monkeypatch):
     monkeypatch.setattr(formulation, "ENUMERATE_MAX_PLANS", 0)
     milp = plan(w, **REQUEST)
     assert milp.stats["milp_calls"] > 3
-    assert milp.best.groups == enumerated.best.groups
-    assert milp.best.prediction.cost_usd == enumerated.best.prediction.cost_usd
+    assert enumerated.best.prediction.cost_usd <= milp.best.prediction.cost_usd * (1 + 1e-12)
+    if milp.best.groups != enumerated.best.groups:
+        assert not milp.stats["proven_optimal"]

@@ -1,6 +1,7 @@
 """The planner's solver against brute force on small synthetic catalogs."""
 
 
+import numpy as np
 import pytest
 
 from spottrain.catalog import Offer
@@ -8,6 +9,7 @@ from spottrain.errors import InfeasibleError, InputError
 from spottrain.perf.workload import Workload
 from spottrain.planner import formulation, plan
 from spottrain.planner.engine import market_mask, prepare, solve
+from spottrain.planner.formulation import SolveStats
 from spottrain.planner.exhaustive import all_plans
 
 WORKLOAD = Workload(model="synthetic-resnet50", batch_size=64, flops_per_sample=24.3e9, param_count=25_557_032,
@@ -138,3 +140,43 @@ def test_solver_writes_to_c_stdout_do_not_reach_ours():
             "print('after')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.split() == ["before", "after"]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_synthetic_requests_both_searches_find_the_brute_force_optimum(seed, monkeypatch):
+    # random prices, node kinds, quotas, deadlines and training modes: the enumerated search returns
+    # the exhaustive optimum, proven; the lazy MILP (bounded by 40 exact evaluations) returns it
+    # whenever it says it is proven, and never claims a plan it did not prove
+    rng = np.random.default_rng(seed)
+    kinds = [("V100", 1, 3.06), ("T4", 1, 0.53), ("T4", 4, 3.91), ("K80", 1, 0.90), ("A10G", 1, 1.01)]
+    offers = []
+    for j, (gpu, count, od) in enumerate(kinds):
+        for region in ("r1", "r2")[: 1 + int(rng.integers(0, 2))]:
+            offers.append(offer(f"syn.{j}", gpu, count, od, round(od * rng.uniform(0.25, 0.6), 3), region=region,
+                                zone=f"{region}a", net=float(rng.choice([10.0, 25.0, 50.0]))))
+    sync = str(rng.choice(["sync", "async"]))
+    quotas = {f"syn.{int(rng.integers(0, len(kinds)))}": int(rng.integers(1, 3))}
+    kw = dict(samples=20e6, offers=offers, max_nodes=5, quotas=quotas, sync=sync)
+    if sync == "async":
+        kw["ps"] = 2
+    if rng.random() < 0.7:
+        kw["deadline_s"] = float(rng.uniform(4, 40)) * 3600
+        objective = "min-cost"
+    else:
+        kw["budget_usd"] = float(rng.uniform(20, 200))
+        objective = "max-throughput"
+    ctx = prepare(WORKLOAD, **kw)
+    mask = market_mask(ctx)
+    want = brute_force(ctx, mask, objective)
+    key = (lambda o: o.cost_usd) if objective == "min-cost" else (lambda o: o.time_mean_s)
+    for limit in (formulation.ENUMERATE_MAX_PLANS, 0):
+        monkeypatch.setattr(formulation, "ENUMERATE_MAX_PLANS", limit)
+        stats = SolveStats()
+        got = solve(ctx, mask=mask, stats=stats)
+        assert (got is None) == (want is None), (seed, limit)
+        if want is None:
+            continue
+        # never better than the optimum (both evaluate exactly); equal to it whenever it says proven
+        assert key(got) >= key(want) * (1 - 1e-9), (seed, limit)
+        if limit or stats.proven_optimal:
+            assert stats.proven_optimal and key(got) == pytest.approx(key(want), rel=1e-9), (seed, limit, stats)
