@@ -297,7 +297,7 @@ def main() -> int:
         lines.append(f"| {q} | {r.best.cluster} ({', '.join(g.instance_type for g in r.best.groups)}) | "
                      f"${p.cost_usd:,.2f} | {p.duration_s / 3600:.2f} h | {s['columns']:,} | {s['columns_after_pruning']} | "
                      f"{s['plans_enumerated']:,} / {s['milp_calls']} | "
-                     f"{'yes' if s['proven_optimal'] else 'no (MILP work limit; best found)'} | {t:.3f} |")
+                     f"{'yes' if s['proven_optimal'] else 'no (' + '; '.join(s.get('notes') or ['best found']) + ')'} | {t:.3f} |")
     print("\n".join(lines))
     res = small(catalog, w)
     sl = ["| deadline | quotas | candidates | plans enumerated | exhaustive (s) | ours (s) | speed-up | exhaustive optimum | ours | same |",

@@ -171,7 +171,8 @@ def plan(
     extra = {"solver": {"columns": stats.columns_total, "columns_after_pruning": stats.columns_after_pruning,
                         "milp_calls": stats.milp_calls, "plans_enumerated": stats.plans_enumerated,
                         "exact_evaluations": stats.exact_evaluations,
-                        "proven_optimal": stats.proven_optimal, "seconds": round(t_solve, 4)},
+                        "proven_optimal": stats.proven_optimal, "notes": list(stats.notes),
+                        "seconds": round(t_solve, 4)},
              "candidates": ctx.report.candidates, "checkpoint_cost_s": ctx.job.checkpoint_s,
              "price_outliers_left_out": outliers_left_out, "evidence_required": evidence}
     best_plan = to_plan(ctx, best, explanation=text, extra=extra, exact_interval=True)

@@ -464,7 +464,7 @@ class MixProblem:
         K = int(self.limits.max_kinds)
         groups = [np.flatnonzero(self.grp == g) for g in range(self.ng)]
         ways = sum(math.comb(m.size, k) for m in groups for k in range(1, min(K, m.size) + 1))
-        if ways > limit:
+        if ways > limit or ways * len(self.lo) > ENUMERATE_MAX_CELLS:
             return None
         self.plans_checked = ways
         chunks = [np.array(list(itertools.combinations(m, k)), dtype=int).reshape(-1, k)
@@ -671,10 +671,15 @@ baseline's 741 plans, against milliseconds enumerated), and stops at 40 exact ev
 bench/plan_quality.py's ResNet-50 / 8 h request (39,773 ways) is proven after 309 evaluations in
 ~0.1 s. Memory stays bounded: the plans are checked 2,048 at a time."""
 
-ENUMERATED_MAX_EVALUATIONS = 5000
-"""Exact evaluations an enumerated search may make (each a few tenths of a millisecond, against a
+ENUMERATE_MAX_CELLS = 5_000_000
+"""And up to this many (plan, MILP row) checks, ~0.1 us each: the bench's $50 budget (156,953 ways
+over 193 rows) would take ~4 s to enumerate and goes to the MILP instead."""
+
+ENUMERATED_MAX_EVALUATIONS = 1000
+"""Exact evaluations an enumerated search may make (each about a millisecond or less, against a
 MILP solve per evaluation in the lazy search, which stops at 40): bench/plan_quality.py's
-ResNet-50 / 8 h request proves its optimum after 309."""
+ResNet-50 / 8 h request proves its optimum after 309; the bench's $50 budget over 941 columns
+would stop here with its best plan, not proven."""
 
 SAFETY_TIME_LIMIT_S = 60.0
 """A wall-clock limit kept only as a last resort against a pathological MILP (per solve, and on
@@ -715,7 +720,7 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     if keep.sum() > MAX_MILP_COLUMNS:
         keep = _most_promising(cols, keep, work, objective, incumbent)
         stats.proven_optimal = False
-        stats.notes.append(f"MILP over the {MAX_MILP_COLUMNS} most promising of {stats.columns_after_pruning} columns")
+        stats.notes.append(f"mixes of the {MAX_MILP_COLUMNS} most promising of {stats.columns_after_pruning} columns")
     best = incumbent
     if not keep.any():
         stats.seconds += time.perf_counter() - t0
