@@ -415,6 +415,7 @@ class Trainer:
             t_wait = time.time() - t0
             self._gen, self._rank, self._world = gen, members.index(self.worker_id), len(members)
             before = socket_inodes()
+            _reset_group_counter()
             with _collective(True, "process group bootstrap"):
                 dist.init_process_group(self._backend(), store=self._elastic.group_store(gen), rank=self._rank,
                                         world_size=self._world, timeout=timedelta(seconds=self.config.pg_timeout_s))
@@ -695,6 +696,19 @@ class Trainer:
         # Only a flag: the step boundary acts on it (store and collectives are not reentrant).
         if self._notice_at is None:
             self._notice_at = time.monotonic()
+
+
+def _reset_group_counter() -> None:
+    """Name the next default process group as every fresh process does.
+
+    torch names the default group after a process-wide counter that only a successful
+    ``destroy_process_group`` resets. An ``init_process_group`` that failed midway (a peer that
+    never came, a bootstrap timeout) leaves it raised, and this worker's next group would look
+    up other store keys than its peers' (``gen/<g>/pg/4/...`` against ``gen/<g>/pg/0/...``): no
+    group could form again (the 30-minute soak stalled on it). Only when no group exists."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None and hasattr(world, "group_count") and not dist.is_initialized():
+        world.group_count = 0
 
 
 class _SyncTimer:
