@@ -287,7 +287,10 @@ class _Controller(MembershipPublisher):
             i = next((k for k, v in enumerate(planned) if v.instance_type == extra.instance_type
                       and v.spot == extra.spot), 0)
             planned = planned[:i] + (extra,) + planned[i + 1:]
-        unjoined = [w for w in self.live() if w.wid not in self.members]
+        # Started but not yet members: they count as pending nodes. A member that has just left
+        # (its process is still exiting) is not one: counted, it hid the loss from the policy and
+        # a node that left after a notice was never replaced.
+        unjoined = [w for w in self.live() if w.wid not in self.members and not w.leaving]
         pending_opts = [p[2] for p in self.pending] + [w.option for w in unjoined]
         done = max(self._progress(), 0)
         return JobState(now_s=self.now(), event=event, subject=subject, nodes=tuple(view(w) for w in members),
