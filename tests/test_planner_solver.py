@@ -142,7 +142,7 @@ def test_solver_writes_to_c_stdout_do_not_reach_ours():
     assert r.stdout.split() == ["before", "after"]
 
 
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("seed", range(10))
 def test_random_synthetic_requests_both_searches_find_the_brute_force_optimum(seed, monkeypatch):
     # random prices, node kinds, quotas, deadlines and training modes: the enumerated search returns
     # the exhaustive optimum, proven; the lazy MILP (bounded by 40 exact evaluations) returns it
@@ -169,7 +169,8 @@ def test_random_synthetic_requests_both_searches_find_the_brute_force_optimum(se
     mask = market_mask(ctx)
     want = brute_force(ctx, mask, objective)
     key = (lambda o: o.cost_usd) if objective == "min-cost" else (lambda o: o.time_mean_s)
-    for limit in (formulation.ENUMERATE_MAX_PLANS, 0):
+    # the lazy MILP (slower: one solve per plan it rules out) on a few of the requests
+    for limit in (formulation.ENUMERATE_MAX_PLANS, 0) if seed < 4 else (formulation.ENUMERATE_MAX_PLANS,):
         monkeypatch.setattr(formulation, "ENUMERATE_MAX_PLANS", limit)
         stats = SolveStats()
         got = solve(ctx, mask=mask, stats=stats)
