@@ -19,7 +19,6 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash tools/install_test_deps.sh
-	$(BIN)/python -m compileall -q spottrain  # as an installed package is: the tests start hundreds of processes
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
