@@ -450,9 +450,7 @@ class MixProblem:
             self.timed_out = True
         if res.x is None or res.status not in (0, 1):
             return None, np.inf
-        xs = np.flatnonzero(res.x[: self.nx] > 0.5)
-        picks = tuple(sorted((int(self.cols.cand[self.j[k]]), int(self.cols.n[self.j[k]])) for k in xs))
-        return picks, float(res.fun)
+        return self.picks_of(np.flatnonzero(res.x[: self.nx] > 0.5)), float(res.fun)
 
     def plans(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Every plan the MILP admits, when there are at most ``limit`` ways to choose up to
@@ -474,8 +472,6 @@ class MixProblem:
         for c in chunks:
             combos[r:r + len(c), :c.shape[1]] = c
             r += len(c)
-        if not combos.size:
-            return None
         A = self._rows.dense()
         parts = [self._admitted(combos[a:a + 2048], A) for a in range(0, len(combos), 2048)]
         ok = np.concatenate([p[0] for p in parts])
@@ -514,6 +510,7 @@ class MixProblem:
         return ok, (self.P[idx] * valid).sum(axis=1), e_max
 
     def picks_of(self, combo: np.ndarray) -> Picks:
+        """The plan of the kept columns at positions ``combo`` (negative: none)."""
         return tuple(sorted((int(self.cols.cand[self.j[k]]), int(self.cols.n[self.j[k]])) for k in combo if k >= 0))
 
     def throughput(self, picks: Picks) -> float:
