@@ -60,6 +60,7 @@ from spottrain.plan_file import Plan, PlanPrediction
 from spottrain.planner.api import PlanResult, plan
 from spottrain.planner.engine import Context, market_mask, to_plan
 from spottrain.planner.pareto import homogeneous_front
+from spottrain.planner.risk import normal_cdf
 from spottrain.sim import sources
 from spottrain.sim.hindsight import plan_setups, run_setups
 from spottrain.sim.sources import matching_traces, pooled_source
@@ -370,10 +371,6 @@ duration with only a budget) is this many standard errors above zero, or when th
 bound of its deadline-met (finished) rate at this z is below the confidence."""
 
 
-def _phi(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
-
-
 def _wilson(hits: float, n: int, z: float) -> tuple[float, float]:
     """Wilson score interval of a rate ``hits / n``."""
     if n <= 0:
@@ -525,7 +522,7 @@ class _Race:
             if not math.isfinite(se) or se == 0.0:
                 p_better = 1.0 if md < 0 else (0.5 if md == 0 and math.isfinite(se) else 0.0)
             else:
-                p_better = _phi(-md / se)
+                p_better = float(normal_cdf(-md / se))
             out *= 1.0 - self._p_eligible(k) * p_better
         return float(min(max(out, 0.0), 1.0))
 
@@ -533,11 +530,11 @@ class _Race:
         hits = self._ok_hits(k)
         n = hits.size
         p = (float(hits.sum()) + 0.5) / (n + 1.0)  # shrunk towards 1/2: a rate of 1 over few runs is not certain
-        p_ok = _phi((p - self.conf) / math.sqrt(p * (1 - p) / n))
+        p_ok = float(normal_cdf((p - self.conf) / math.sqrt(p * (1 - p) / n)))
         if self.budget is not None:
             c = self.data(k)[0]
             se = float(c.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
-            p_ok *= _phi((self.budget - c.mean()) / se) if se > 0 else float(c.mean() <= self.budget)
+            p_ok *= float(normal_cdf((self.budget - c.mean()) / se)) if se > 0 else float(c.mean() <= self.budget)
         return p_ok
 
 
