@@ -132,18 +132,24 @@ class _CommFailure(Exception):
     produced every gradient. Not the user's error; the group is re-formed (see ``Trainer._loop``)."""
 
 
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first line of an error's message, cut to ``limit`` characters (for a reason logged)."""
+    return (str(exc).splitlines() or [""])[0][:limit]
+
+
 @contextmanager
-def _collective(active: bool, what: str) -> Iterator[None]:
+def _collective(active: bool | Callable[[], bool], what: str) -> Iterator[None]:
     """Turn a plain ``RuntimeError`` raised by a collective into :class:`_CommFailure` (the
-    ``torch.distributed`` errors keep their own type and handling) when ``active``."""
+    ``torch.distributed`` errors keep their own type and handling) when ``active`` (a callable is
+    asked when the error is raised)."""
     try:
         yield
     except dist.DistError:
         raise
     except RuntimeError as exc:
-        if not active:
+        if not (active() if callable(active) else active):
             raise
-        raise _CommFailure(f"{what}: {(str(exc).splitlines() or [''])[0][:160]}") from exc
+        raise _CommFailure(f"{what}: {_first_line(exc)}") from exc
 
 
 class Trainer:
@@ -283,7 +289,7 @@ class Trainer:
                 # is asked for a new generation of the same members (else none would come).
                 if self._elastic is None:
                     raise
-                first = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
+                first = f"{type(exc).__name__}: {_first_line(exc)}"
                 if self._peer_failure():
                     reason = first
                 else:
@@ -295,7 +301,7 @@ class Trainer:
                 # or the controller confirms a membership change (a lost member) in time.
                 if self._elastic is None or not self._peer_failure():
                     raise
-                reason = f"{type(exc).__name__} (membership change confirmed): {(str(exc).splitlines() or [''])[0][:120]}"
+                reason = f"{type(exc).__name__} (membership change confirmed): {_first_line(exc, 120)}"
             else:
                 continue
             # Outside the except clause: the traceback (and the failed step's frames holding
@@ -532,16 +538,11 @@ class Trainer:
                     (self.loss_fn(model, batch) * scale).backward()
             elif self._ddp is not None:  # the last micro-batch: DDP all-reduces its gradients
                 loss = self.loss_fn(model, batch) * scale
-                try:
+                # A failure after every gradient was produced is not the training code's (the
+                # backward pass is done): it is DDP's wait for the all-reduce.
+                with _collective(lambda: self._elastic is not None and self._sync.count >= self._n_trainable,
+                                 "gradient all-reduce"):
                     waited = self._sync.backward(loss)
-                except dist.DistError:
-                    raise
-                except RuntimeError as exc:
-                    # Every gradient was produced, so the backward pass (the training code) is
-                    # done and what failed is DDP's wait for the all-reduce.
-                    if self._elastic is None or self._sync.count < self._n_trainable:
-                        raise
-                    raise _CommFailure(f"gradient all-reduce: {(str(exc).splitlines() or [''])[0][:160]}") from exc
                 sync_s = waited if timed else None
             else:
                 (self.loss_fn(model, batch) * scale).backward()
