@@ -48,6 +48,17 @@ log = logging.getLogger(__name__)
 
 RESCALE_MODES = ("accumulate", "scale-lr")
 
+BOUNDARY_EVERY_S = 0.2
+"""How often, at most, the members of a group stop to agree on checkpoints, leavers and a new
+generation (:meth:`Trainer._boundary`). The agreement is a collective: on steps shorter than this
+it runs every few steps, at a step all members know in advance, so a fast step does not pay a
+second synchronization point (a host-device sync on a GPU). A notice, a checkpoint request or a
+newer generation waits for it: at most this long plus one step."""
+
+PROGRESS_EVERY_S = 0.05
+"""Rank 0 publishes its step count to the controller at most this often (and always the first step
+of a group and the last step): a store round trip per step was a tenth of a fast step."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -184,6 +195,11 @@ class Trainer:
         self._notice_at: float | None = None
         self._notice_posted: float | None = None
         self._ctl_ckpt_seen = 0
+        self._next_boundary = 0
+        """The step after which the group's members next agree (:meth:`_boundary`); every member
+        learns it from the previous agreement, so all stop at the same step."""
+        self._boundary_at: tuple[int, float] = (0, time.monotonic())
+        self._progress_at = 0.0
         self._last_ckpt_t = time.monotonic()
         self._last_ckpt_step = -1
         self._events = None
@@ -451,6 +467,9 @@ class Trainer:
                 if self._abort_req > self._gen:  # a loss announced while this group formed
                     self._abort_group(self._abort_req)
         self._fresh = False
+        self._next_boundary = self.step  # a new group agrees after its first step
+        self._progress_at = 0.0  # and tells the controller of it
+        self._boundary_at = (self.step, time.monotonic())
         self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step, source=source,
                     form_s=time.time() - t0, wait_s=t_wait, init_s=t_init - t0 - t_wait,
                     exchange_s=t_exchange - t_init, ddp_s=time.time() - t_exchange)
@@ -556,8 +575,11 @@ class Trainer:
                 self._event("step", step=self.step, gen=self._gen, world=self._world, sync_time_s=round(sync_s, 6))
             else:
                 self._event("step", step=self.step, gen=self._gen, world=self._world)
-            if self._elastic is not None:
+            now = time.monotonic()
+            if self._elastic is not None and (now - self._progress_at >= PROGRESS_EVERY_S
+                                              or self.step >= self.config.steps):
                 self._elastic.set("progress", self.step)
+                self._progress_at = now
 
     def _fetch(self, indices: list[int]) -> Any:
         get_batch = getattr(self.dataset, "get_batch", None)
@@ -571,20 +593,25 @@ class Trainer:
             return
         if self._stopping is not None:
             self._stop_now()
+        if self.step < self._next_boundary:
+            return
         leaving, want_ckpt = 0, 0
         if self._notice_at is not None:
             leaving, want_ckpt = self._notice_decision()
         if self._rank == 0 and self._checkpoint_due():
             want_ckpt = 1
         ctl = self._elastic.control() if self._elastic is not None else {"gen": self._gen, "ckpt": 0}
-        flags = torch.zeros(3 + self._world, dtype=torch.int64, device=self._comm_device())
+        flags = torch.zeros(4 + self._world, dtype=torch.int64, device=self._comm_device())
         flags[0], flags[1], flags[2] = int(ctl["gen"]), want_ckpt, int(ctl["ckpt"])
-        flags[3 + self._rank] = leaving
+        if self._rank == 0:
+            flags[3] = self._boundary_after()
+        flags[4 + self._rank] = leaving
         if dist.is_initialized():
             with _collective(self._elastic is not None, "step-boundary all-reduce"):
                 dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         flags = flags.cpu()
-        leavers = [r for r in range(self._world) if flags[3 + r] > 0]
+        self._next_boundary = int(flags[3])
+        leavers = [r for r in range(self._world) if flags[4 + r] > 0]
         stay = [r for r in range(self._world) if r not in leavers]
         requested = int(flags[2]) > self._ctl_ckpt_seen
         self._ctl_ckpt_seen = max(self._ctl_ckpt_seen, int(flags[2]))
@@ -596,6 +623,20 @@ class Trainer:
             self._leave()
         if leavers or int(flags[0]) > self._gen:
             raise _Membership("leavers" if leavers else f"generation {int(flags[0])}")
+
+    def _boundary_after(self) -> int:
+        """The step of the next agreement, chosen by rank 0: about :data:`BOUNDARY_EVERY_S` ahead
+        at the step time since the last one, never past a step-count checkpoint (the checkpoint
+        is taken at an agreement)."""
+        last_step, last_t = self._boundary_at
+        now = time.monotonic()
+        self._boundary_at = (self.step, now)
+        per_step = (now - last_t) / max(self.step - last_step, 1)
+        ahead = max(1, min(int(BOUNDARY_EVERY_S / max(per_step, 1e-6)), 64))
+        every = self.config.checkpoint_every_steps
+        if every and self.checkpointer is not None:
+            ahead = min(ahead, every - self.step % every)
+        return self.step + ahead
 
     def _notice_decision(self) -> tuple[int, int]:
         if self._elastic is None:
