@@ -72,6 +72,15 @@ def test_the_local_launcher_numbers_its_workers_local_rank(tmp_path):
                     ranks.add(env.get(b"LOCAL_RANK", b"?").decode())
             time.sleep(0.2)
     finally:
+        t_stop = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+        stop_s = time.monotonic() - t_stop
     assert ranks == {"0", "1", "2"}
+    # Stopped while its workers were still starting: each hears the stop when it connects (not
+    # only those connected when it was said) and goes at once, none waits out the launcher's
+    # grace to be killed.
+    from spottrain.runtime.local import LocalJob
+
+    assert stop_s < LocalJob.__dataclass_fields__["stop_grace_s"].default, stop_s
+    assert job_pids(run_dir.resolve()) == []

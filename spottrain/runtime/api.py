@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from spottrain.errors import InputError, SpottrainError
 from spottrain.runtime.checkpoint import Checkpointer
 from spottrain.runtime.elastic import (ENV_RDZV, EXIT_FENCED, EXIT_INPUT, EXIT_LEFT, EXIT_STOPPED, ElasticClient,
-                                       cut_sockets, error_line, socket_inodes)
+                                       WaitCancelled, cut_sockets, error_line, socket_inodes)
 from spottrain.runtime.sampler import DeterministicSampler, shard
 
 log = logging.getLogger(__name__)
@@ -254,6 +254,8 @@ class Trainer:
         """Train to ``config.steps``; survives peers leaving and joining."""
         self._install_signal_handler()
         self._elastic = ElasticClient.from_env()
+        if self._elastic is not None:
+            self._elastic.cancelled = lambda: self._stopping is not None
         try:
             # Inside the try: a checkpoint that cannot be resumed (another job's, none readable)
             # is the user's input error, reported like any other (see _input_error_exit).
@@ -287,7 +289,10 @@ class Trainer:
                 self._stop_now()
             try:
                 if not formed:
-                    self._form()
+                    try:
+                        self._form()
+                    except WaitCancelled:
+                        self._stop_now()
                     formed = True
                 if self.step >= self.config.steps:
                     self._finish()
@@ -393,6 +398,11 @@ class Trainer:
             return
         self._stopping = reason
         self._event("stopping", step=self.step, reason=reason)
+        if self._fresh:
+            # Nothing trained or restored to save, and the training thread may be blocked in a
+            # group's bootstrap whose other members already left: go now.
+            self._event("stopped", step=self.step, gen=self._gen, reason=reason)
+            self._exit(EXIT_STOPPED)
         # Whatever the training thread is blocked in, this process is gone in bounded time.
         timer = threading.Timer(self.config.exit_grace_s, self._exit, (EXIT_STOPPED,))
         timer.daemon = True

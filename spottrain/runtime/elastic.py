@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -42,6 +42,10 @@ a bad setting, a checkpoint it must not or cannot resume from). Not a revocation
 launcher stops the job at once with the worker's one-line message; nothing is replaced."""
 
 
+class WaitCancelled(Exception):
+    """A membership wait given up because the worker is stopping (:attr:`ElasticClient.cancelled`)."""
+
+
 class ElasticClient:
     """A worker's handle on the controller's store."""
 
@@ -50,6 +54,8 @@ class ElasticClient:
         self.worker_id = worker_id
         self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s),
                                    wait_for_workers=False)
+        self.cancelled: Callable[[], bool] = lambda: False
+        """Asked while waiting for a generation: true gives the wait up (:class:`WaitCancelled`)."""
 
     @classmethod
     def from_env(cls) -> "ElasticClient | None":
@@ -81,6 +87,7 @@ class ElasticClient:
                 members = json.loads(self.store.get(f"gen/{gen}/members"))
                 if self.worker_id in members:
                     return int(gen), members
+            self._check_cancelled()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"worker {self.worker_id}: no new membership generation after {after} "
                                    f"within {timeout_s:.0f}s")
@@ -110,11 +117,16 @@ class ElasticClient:
                     deadline = time.monotonic() + timeout_s
                     self.set(f"gen/{gen}/arrived/{self.worker_id}", time.time())
                     continue
+            self._check_cancelled()
             if time.monotonic() > deadline:
                 self.set(f"formfail/{gen}", self.worker_id)
                 raise TimeoutError(f"worker {self.worker_id}: generation {gen} incomplete after {timeout_s:.0f}s "
                                    f"(missing {', '.join(missing)})")
             time.sleep(0.02)
+
+    def _check_cancelled(self) -> None:
+        if self.cancelled():
+            raise WaitCancelled(f"worker {self.worker_id}: stopping")
 
     def group_store(self, gen: int) -> dist.Store:
         return dist.PrefixStore(f"gen/{gen}/pg", self.store)

@@ -416,7 +416,7 @@ class FleetController(MembershipPublisher):
     def _stop_workers(self) -> None:
         """Every worker checkpoints (rank 0) and exits (the heartbeat's ``stop``), for at most
         ``stop_grace_s``; the provider then takes every node back."""
-        self.liveness.broadcast({"stop": self.failed or "controller stopping"})
+        self.liveness.stop(self.failed or "controller stopping")
         self.record("stopping", reason=self.failed)
         end = time.monotonic() + self.job.stop_grace_s
         while time.monotonic() < end:

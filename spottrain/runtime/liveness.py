@@ -63,6 +63,8 @@ class LivenessServer:
     interval_s: float = DEFAULT_INTERVAL_S
     peers: dict[str, _Peer] = field(default_factory=dict)
     fenced: set[str] = field(default_factory=set)
+    stopping: str | None = None
+    """Set by :meth:`stop`: the reason every worker, connected now or later, is told to stop."""
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -101,6 +103,16 @@ class LivenessServer:
             for p in list(self.peers.values()):
                 if not p.closed and (wids is None or p.wid in wids):
                     self._send(p, msg)
+
+    def stop(self, reason: str) -> None:
+        """Tell every worker to stop, now and on any later connection: a worker still starting
+        (importing, loading its data) when the controller stops connects after this broadcast,
+        and would otherwise train on until it is killed."""
+        with self._lock:
+            self.stopping = reason
+            for p in list(self.peers.values()):
+                if not p.closed:
+                    self._send(p, {"stop": reason})
 
     def fence(self, wid: str, reason: str) -> None:
         """Tell ``wid`` it is no longer a member (it exits on reading this), now and on any reconnect."""
@@ -214,6 +226,8 @@ class LivenessServer:
         p = _Peer(wid=wid, sock=sock, last_seen=time.monotonic(), pid=hello.get("pid"), buf=rest)
         self.peers[wid] = p
         self._sel.register(sock, selectors.EVENT_READ, p)
+        if self.stopping is not None:
+            self._send(p, {"stop": self.stopping})
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:

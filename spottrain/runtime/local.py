@@ -731,7 +731,7 @@ class _Controller(MembershipPublisher):
     def _shutdown(self) -> None:
         if self.stop_reason is not None:
             # Stopped from outside: every worker checkpoints (rank 0) and exits; then SIGKILL.
-            self.liveness.broadcast({"stop": self.stop_reason})
+            self.liveness.stop(self.stop_reason)
             self.record("stopping", reason=self.stop_reason)
             for w in self.workers.values():
                 _signal(w.proc.pid, signal.SIGCONT)  # a stopped worker cannot act on the message
