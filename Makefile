@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash tools/install_test_deps.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

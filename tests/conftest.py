@@ -12,3 +12,19 @@ import pytest
 @pytest.fixture(autouse=True)
 def _private_store(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SPOTTRAIN_STORE", str(tmp_path_factory.mktemp("store") / "spottrain.db"))
+    # Output as piped to a file (the CLI's own width then), whatever width the runner set:
+    # pytest-xdist's workers inherit COLUMNS=80.
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
+# Modules whose tests start training processes, launchers or network namespaces: under
+# ``pytest -n`` they run one after another on one worker (as without -n), so their liveness
+# deadlines and fixed namespace names never meet another such test; the rest spreads over the
+# other workers.
+_PROCESS_MODULES = ("test_runtime_", "test_own_runs", "test_readme_steps", "test_layers", "test_policies_registry")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.split(".")[-1].startswith(_PROCESS_MODULES):
+            item.add_marker(pytest.mark.xdist_group("processes"))

@@ -254,7 +254,8 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path: Path, baseline: dict
     pace = Pace(tmp_path, sleep_s=0.1)  # slow until the kill, then full speed
     env = {**os.environ, **pace.env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "SPOTTRAIN_STEPS": str(STEPS),
            "SPOTTRAIN_CHECKPOINT_DIR": str(ck), "SPOTTRAIN_CHECKPOINT_EVERY_STEPS": "10", "SPOTTRAIN_JOB_ID": "tr",
-           "OMP_NUM_THREADS": "1", "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.1", "SPOTTRAIN_RUN_DIR": str(tmp_path / "run")}
+           "OMP_NUM_THREADS": "1", "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.1", "SPOTTRAIN_RUN_DIR": str(tmp_path / "run"),
+           "SPOTTRAIN_PG_TIMEOUT_S": "3"}  # a survivor blocked on the killed peer gives up soon
     torchrun = Path(sys.executable).with_name("torchrun")
     proc = subprocess.Popen([str(torchrun), "--standalone", f"--nproc-per-node={WORKERS}", "--max-restarts=2",
                              "-m", "spottrain.runtime.examples", "mlp"], env=env, stdout=subprocess.DEVNULL,
