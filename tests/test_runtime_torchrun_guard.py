@@ -24,12 +24,17 @@ pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[1]
 
 TRAIN = """
-import os, sys
+import os, sys, time
+attempt = os.environ['TORCHELASTIC_RESTART_COUNT']
 with open(os.environ["RUNS_LOG"], "a") as fh:
-    fh.write(f"{os.environ['RANK']} {os.environ['TORCHELASTIC_RESTART_COUNT']}\\n")
+    fh.write(f"{os.environ['RANK']} {attempt}\\n")
 from spottrain.runtime.api import TrainConfig
 from spottrain.runtime.examples import build_trainer
 if sys.argv[1] == "crash":
+    # once both workers of this attempt have started (torchrun stops the other when one fails)
+    end = time.monotonic() + 60
+    while time.monotonic() < end and sum(ln.split()[1] == attempt for ln in open(os.environ["RUNS_LOG"])) < 2:
+        time.sleep(0.05)
     raise RuntimeError("a crash that is not the user's input")
 build_trainer("mlp", TrainConfig.from_env(steps=5, global_batch_size=1)).fit()  # 1 < world 2: refused
 """
