@@ -398,14 +398,19 @@ def main() -> None:
         plain, ours, stalls = [], [], []
         for r in range(args.rounds):
             with Network(hosts=args.hosts) as net:
-                plain.append(plain_ddp(net, args.example, args.steps))
-                s = run_local(_job(net, args.example, args.steps, tmp, f"ov{r}", interval_s=5.0))
-                if not s.ok:
-                    raise RuntimeError(f"spottrain run failed: {s.failure}")
-                ours.append(_rate([e["t"] for e in read_worker_events(tmp / f"ov{r}" / "run") if e["kind"] == "step"]))
-                stalls += [c["stall_s"] for c in s.checkpoints]
+                # Alternate which runs first: on a shared machine the load drifts within a round.
+                for which in (("plain", "ours") if r % 2 == 0 else ("ours", "plain")):
+                    if which == "plain":
+                        plain.append(plain_ddp(net, args.example, args.steps))
+                        continue
+                    s = run_local(_job(net, args.example, args.steps, tmp, f"ov{r}", interval_s=5.0))
+                    if not s.ok:
+                        raise RuntimeError(f"spottrain run failed: {s.failure}")
+                    ours.append(_rate([e["t"] for e in read_worker_events(tmp / f"ov{r}" / "run") if e["kind"] == "step"]))
+                    stalls += [c["stall_s"] for c in s.checkpoints]
             print(f"round {r}: plain {plain[-1]:.2f} steps/s, ours {ours[-1]:.2f} steps/s", flush=True)
         ratio = statistics.median(ours) / statistics.median(plain)
+        paired = statistics.median(o / p for o, p in zip(ours, plain))
         args.rate = statistics.median(ours)
         lines += [f"## Throughput over {args.hosts} namespace hosts", "",
                   "| figure | value | goal |", "|---|---|---|",
@@ -413,10 +418,11 @@ def main() -> None:
                   f"(runs {', '.join(f'{x:.2f}' for x in plain)}) | |",
                   f"| spottrain runtime, checkpoint every 5 s (median of {args.rounds}) | {statistics.median(ours):.2f} steps/s "
                   f"(runs {', '.join(f'{x:.2f}' for x in ours)}) | |",
-                  f"| throughput ratio | **{ratio:.3f}** (paired rounds "
-                  f"{', '.join(f'{o / p:.2f}' for o, p in zip(ours, plain))}) | >= 0.97 |",
+                  f"| throughput ratio, median of ours / median of plain | **{ratio:.3f}** | >= 0.97 |",
+                  f"| throughput ratio, median of the paired rounds | **{paired:.3f}** (rounds "
+                  f"{', '.join(f'{o / p:.2f}' for o, p in zip(ours, plain))}; plain ran first in even rounds) | >= 0.97 |",
                   f"| checkpoint stall per save (training thread) | {statistics.median(stalls) * 1e3:.1f} ms | |", ""]
-        print("\n".join(lines[-8:]), flush=True)
+        print("\n".join(lines[-9:]), flush=True)
     # 2. fault matrix, ours
     faults = [f for f in args.faults.split(",") if f]
     if not args.skip_ours:

@@ -196,6 +196,8 @@ class Trainer:
         self._notice_posted: float | None = None
         self._ctl_ckpt_seen = 0
         self._next_boundary = 0
+        self._agreements = 0
+        """Agreements (:meth:`_boundary` collectives) this worker took part in."""
         """The step after which the group's members next agree (:meth:`_boundary`); every member
         learns it from the previous agreement, so all stop at the same step."""
         self._boundary_at: tuple[int, float] = (0, time.monotonic())
@@ -620,6 +622,7 @@ class Trainer:
             with _collective(self._elastic is not None, "step-boundary all-reduce"):
                 dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         flags = flags.cpu()
+        self._agreements += 1
         self._next_boundary = int(flags[3])
         leavers = [r for r in range(self._world) if flags[4 + r] > 0]
         stay = [r for r in range(self._world) if r not in leavers]
@@ -724,7 +727,7 @@ class Trainer:
             if self.checkpointer is not None:
                 self.save_checkpoint(blocking=True)
                 self.checkpointer.wait()
-            self._event("done", step=self.step, gen=self._gen, world=self._world)
+            self._event("done", step=self.step, gen=self._gen, world=self._world, agreements=self._agreements)
         if dist.is_initialized() and self._world > 1:
             # If rank 0 dies while writing the final checkpoint, this fails and the survivors
             # re-form; the new rank 0 writes it.
