@@ -191,6 +191,7 @@ class _Controller(MembershipPublisher):
         self.train_t0: float | None = None
         self._last_progress = -1
         self._progress_hist: list[tuple[float, int]] = []
+        self._keys_seen = -1
         self._await_recovery: list[float] = []
         self.recovery_s: list[float] = []
         self._last_tick = 0.0
@@ -469,9 +470,15 @@ class _Controller(MembershipPublisher):
         if self.failed:
             return True
         self._check_liveness(now)
+        # What workers post (left/, ready/, notice/, formfail/, regroup/) are new keys, and only
+        # this controller deletes keys: while the store's key count is unchanged there is nothing
+        # new to read. One round trip per tick instead of one per worker and key (the controller
+        # shares the workers' cores when they run on this machine).
+        keys = self.store.num_keys()
+        scan, self._keys_seen = keys != self._keys_seen, keys
         # Leavers first, all of this tick's at once: no generation is published that lists a
         # worker which has already announced it is leaving.
-        leavers = [w for w in self.live() if not w.leaving and self.store.check([f"left/{w.wid}"])]
+        leavers = [w for w in self.live() if scan and not w.leaving and self.store.check([f"left/{w.wid}"])]
         for w in leavers:
             w.leaving = True
             self.record("left", worker=w.wid, slot=w.slot, released=w.released)
@@ -480,10 +487,11 @@ class _Controller(MembershipPublisher):
             for w in leavers:
                 if not w.released:
                     self.decide("revoked", w.wid, w.slot, extra=self._view_of(w))
-        self._check_formation()
-        if not self.finished:
+        if scan:
+            self._check_formation()
+        if scan and not self.finished:
             self.check_regroup(self._alive)
-        for w in self.live():
+        for w in self.live() if scan else ():
             if not w.ready and self.store.check([f"ready/{w.wid}"]):
                 w.ready = True
                 if w.wid not in self.members and not self.finished:
