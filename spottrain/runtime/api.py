@@ -666,11 +666,15 @@ class Trainer:
         """The step of the agreement after the one that follows step ``at``, chosen by rank 0:
         about :data:`BOUNDARY_EVERY_S` ahead at the step time since the last one, never past a
         step-count checkpoint (the checkpoint is taken at an agreement)."""
+        done = at - 1  # steps completed now, at the start of step ``at``
         last_step, last_t = self._boundary_at
         now = time.monotonic()
-        self._boundary_at = (at, now)
-        per_step = (now - last_t) / max(at - last_step, 1)
-        ahead = max(1, min(int(BOUNDARY_EVERY_S / max(per_step, 1e-6)), 64))
+        self._boundary_at = (done, now)
+        if done <= last_step:  # no step timed yet (a new group): agree after the next one
+            ahead = 1
+        else:
+            per_step = (now - last_t) / (done - last_step)
+            ahead = max(1, min(int(BOUNDARY_EVERY_S / max(per_step, 1e-6)), 64))
         every = self.config.checkpoint_every_steps
         if every and self.checkpointer is not None:
             ahead = min(ahead, every - at % every)
