@@ -53,7 +53,8 @@ BOUNDARY_EVERY_S = 0.2
 generation (:meth:`Trainer._boundary`). The agreement is a collective: on steps shorter than this
 it runs every few steps, at a step all members know in advance, so a fast step does not pay a
 second synchronization point (a host-device sync on a GPU). A notice, a checkpoint request or a
-newer generation waits for it: at most this long plus one step."""
+newer generation waits for it: at most this long plus two steps (what an agreement carries is read
+at the start of the step it follows)."""
 
 PROGRESS_EVERY_S = 0.05
 """Rank 0 publishes its step count to the controller at most this often (and always the first step
@@ -196,12 +197,12 @@ class Trainer:
         self._notice_posted: float | None = None
         self._ctl_ckpt_seen = 0
         self._next_boundary = 0
-        self._agreements = 0
-        self._agreement: tuple[torch.Tensor, Any] | None = None
-        """The flags and pending all-reduce of the agreement that follows the current step."""
-        """Agreements (:meth:`_boundary` collectives) this worker took part in."""
         """The step after which the group's members next agree (:meth:`_boundary`); every member
         learns it from the previous agreement, so all stop at the same step."""
+        self._agreements = 0
+        """Agreements (:meth:`_boundary` collectives) this worker took part in."""
+        self._agreement: tuple[torch.Tensor, Any] | None = None
+        """The flags and pending all-reduce of the agreement that follows the current step."""
         self._boundary_at: tuple[int, float] = (0, time.monotonic())
         self._progress_at = 0.0
         self._last_ckpt_t = time.monotonic()

@@ -109,10 +109,8 @@ class LivenessServer:
         (importing, loading its data) when the controller stops connects after this broadcast,
         and would otherwise train on until it is killed."""
         with self._lock:
-            self.stopping = reason
-            for p in list(self.peers.values()):
-                if not p.closed:
-                    self._send(p, {"stop": reason})
+            self.stopping = reason  # from here on, a worker that connects hears it at its handshake
+        self.broadcast({"stop": reason})
 
     def fence(self, wid: str, reason: str) -> None:
         """Tell ``wid`` it is no longer a member (it exits on reading this), now and on any reconnect."""

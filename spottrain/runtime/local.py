@@ -478,7 +478,7 @@ class _Controller(MembershipPublisher):
         scan, self._keys_seen = keys != self._keys_seen, keys
         # Leavers first, all of this tick's at once: no generation is published that lists a
         # worker which has already announced it is leaving.
-        leavers = [w for w in self.live() if scan and not w.leaving and self.store.check([f"left/{w.wid}"])]
+        leavers = [w for w in self.live() if not w.leaving and self.store.check([f"left/{w.wid}"])] if scan else []
         for w in leavers:
             w.leaving = True
             self.record("left", worker=w.wid, slot=w.slot, released=w.released)
