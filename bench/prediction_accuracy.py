@@ -120,7 +120,8 @@ def leave_groups_out(rows, key, test_filter, prior="physics", whole_group=False)
     return len(ys), score(pred, ys), score(lin, ys), score(peak, ys)
 
 
-STUDIES = {"CM-DARE": "cmdare", "transient-dl": "transient_dl", "Lambda": "lambda", "Pollux": "pollux"}
+STUDIES = {"CM-DARE": "cmdare", "transient-dl": "transient_dl", "Lambda": "lambda", "Pollux": "pollux",
+           "ours (H100, H200)": "hopper_zoo"}
 
 
 def _interval_stats(model, test):

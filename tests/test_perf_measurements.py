@@ -61,3 +61,36 @@ def test_query_table_may_omit_throughput(tmp_path):
     p = _write(tmp_path, "resnet50,64,4xV100,0,sync,,,\n")
     rows = read_measurements(p, query=True)
     assert rows[0].throughput is None and rows[0].flops_per_sample > 1e9  # derived from the zoo
+
+
+def test_input_column_is_kept_and_checked(tmp_path):
+    header = HEADER.rstrip("\n") + ",input\n"
+    p = _write(tmp_path, "resnet50,64,1xV100,0,sync,300,,,device\nresnet50,64,1xV100,0,sync,290,,,\n", header=header)
+    rows = read_measurements(p)
+    assert [r.input for r in rows] == ["device", "host"]  # empty = the model's data loader on the host
+    out = tmp_path / "o.csv"
+    write_measurements(rows, out)
+    assert [r.input for r in read_measurements(out)] == ["device", "host"]
+    bad = _write(tmp_path, "resnet50,64,1xV100,0,sync,300,,,gpu\n", header=header)
+    with pytest.raises(InputError) as exc:
+        read_measurements(bad)
+    assert "line 2" in str(exc.value) and "column input" in str(exc.value) and "host, device" in str(exc.value)
+
+
+def test_hopper_table_is_the_converted_raw_measurement(tmp_path):
+    """The shipped H100/H200 rows are exactly what tools/convert_gpu_speeds.py makes of the raw timing files."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "hopper.csv"
+    raws = [str(root / "bench" / "data" / f"gpu_speeds_{g}.csv") for g in ("h100", "h200")]
+    subprocess.run([sys.executable, str(root / "tools" / "convert_gpu_speeds.py"), *raws, "--out", str(out)],
+                   check=True, capture_output=True)
+    assert out.read_text() == shipped_tables()["hopper_zoo"].read_text()
+    rows = read_measurements(out)
+    assert {r.input for r in rows} == {"device"} and {str(r.cluster) for r in rows} == {"1xH100", "1xH200"}
+    assert {"resnet50", "bert-base", "gpt2-small", "lstm-lm"} <= {r.model for r in rows}
+    # each machine (host CPU + GPU) is a study of its own: their dispatch speeds differ
+    assert {r.extra["source"].split("/")[0] for r in rows} == {"spottrain-zoo-h100", "spottrain-zoo-h200"}

@@ -47,12 +47,12 @@ def test_fast_path_equals_vectorised_predict():
     w = Workload.from_zoo("resnet50", 64)
     cases = itertools.product(["1xV100", "4xp3.2xlarge", "1xV100+2xK80", "2xA100:8", "8xK80", "3xT4:4+2xV100", "1xV100:8",
                                "2xH100-PCIe:4+1xRTX4090:2"],
-                              [0, 1, 3], ["sync", "async"], ["fp32", "fp16"], [None, 160])
-    for cluster, ps, sync, prec, tensors in cases:
+                              [0, 1, 3], ["sync", "async"], ["fp32", "fp16"], [None, 160], ["host", "device"])
+    for cluster, ps, sync, prec, tensors, source in cases:
         if ps == 0 and sync == "async":
             continue
         q = _Query(model="resnet50", batch_size=64, cluster=ClusterSpec.parse(cluster), ps=ps, sync=sync,
-                   flops=w.flops_per_sample, grad=w.gradient_bytes, precision=prec, tensors=tensors)
+                   flops=w.flops_per_sample, grad=w.gradient_bytes, precision=prec, tensors=tensors, input=source)
         fast, vec = m.predict_one(q), m.predict([q], warn=False)[0]
         assert fast.throughput == pytest.approx(vec.throughput, rel=1e-9)
         assert fast.bottleneck == vec.bottleneck
@@ -170,3 +170,23 @@ def test_mixed_precision_effect_is_per_model_and_fp16_only():
     # Saved and restored with the other effects.
     assert ThroughputModel.from_dict(m.to_dict()).model_effects_["resnet50|fp16"] == pytest.approx(
         m.model_effects_["resnet50|fp16"])
+
+
+def test_dispatch_hides_under_gpu_work_and_device_input_has_no_host_cap():
+    """A step is at least its longest part and at most the sum of its parts (p-norm, 1 < p), and
+    batches already on the GPU are never slower than ones a host pipeline decodes."""
+    m = default_model()
+    p = an.overlap_p(m.theta_)
+    assert 1.0 < p < 50.0
+    for ntens, work in [(161, 0.004), (161, 0.3), (32, 0.05), (300, 1e-4)]:
+        t0, t_disp = an.fixed_times(m.theta_, ntens)
+        t_step = t0 + (t_disp ** p + work ** p) ** (1 / p)
+        assert t0 + max(work, t_disp) <= t_step <= t0 + work + t_disp
+        assert an.work_time(t_step, m.theta_, ntens) == pytest.approx(work, rel=1e-6)
+    w = Workload.from_zoo("resnet50", 256)
+    rates = {}
+    for source in ("host", "device"):
+        q = _Query(model="resnet50", batch_size=256, cluster=ClusterSpec.parse("1xH200"), ps=0, sync="sync",
+                   flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input=source)
+        rates[source] = m.predict_one(q).throughput
+    assert rates["device"] >= rates["host"]

@@ -8,9 +8,17 @@ parameters in n_t tensors), a two-term roofline::
                                                              (f_tf32) -- the rest on the FP32 CUDA cores
     e      = logistic(c0 + w_size * (log(b F) - 26))         achieved fraction of peak; bigger steps keep the GPU busier
     AI     = ai0 * (P / n_t / 2e4) ** w_ai  (x2 at fp16)     FLOPs per byte of activation traffic: grows with layer width
-    t_comp = tau + tau_t * n_t                               fixed + per-tensor (per-layer dispatch) overhead
-             + b F || 1 / (P_eff e), 1 / (AI BW) ||_2 * exp(-(level + e_g + e_m + e_gm))
+    t_work = b F || 1 / (P_eff e), 1 / (AI BW) ||_2 * exp(-(level + e_g + e_m + e_gm))
+    t_comp = tau + || tau_t * n_t, t_work ||_p,  p = 1 + exp(ov)   per-step + per-tensor (dispatch) overhead
     t_step = smoothmax(t_comp, b t_in pix / pix_224)              host input pipeline runs beside the GPU
+
+The second line: tau is the step's synchronous host work (the optimiser's bookkeeping, a loss read
+back, a framework's per-step hooks), which the GPU waits for; tau_t n_t is the dispatch of every
+layer's kernels. CUDA launches are asynchronous, so the host queues the next kernels while the GPU
+runs the last ones: dispatch hides under the GPU's work and shows only when that work is short
+(small batches on a fast GPU). p ~ 4 is close to their max (p = 1 would add them). Adding the two,
+a fit on the older studies predicted 46 ms a step for ResNet-50 at batch 32 on an H200, where
+PyTorch 2.11 takes 18 ms.
 
 The last line is the data loader: decoding and augmenting ImageNet-sized images costs CPU time
 per sample (t_in per 224x224x3 image per GPU); it overlaps GPU work, so the step takes the longer
@@ -127,7 +135,9 @@ GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size"
            # Intra-node all-reduce:
            "g16",
            # Inter-node all-reduce: achieved fraction of the nominal NIC rate, per-step ring latency.
-           "log_ar_cap", "log_ar_lat")
+           "log_ar_cap", "log_ar_lat",
+           # Overlap of the host's per-step dispatch with the GPU's work.
+           "log_ov")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -170,6 +180,15 @@ PRIOR = {
     "log_ar_cap": (math.log(5.0), 0.7),
     # Latency of one ring step of one gradient bucket between nodes (TCP sockets: 0.05-1 ms).
     "log_ar_lat": (math.log(2e-4), 1.5),
+    # The per-tensor dispatch (kernel launches of every layer, the optimiser's per-tensor work) and
+    # the GPU's work combine as a p-norm, p = 1 + exp(log_ov): CUDA launches are asynchronous, the
+    # host queues the next kernels while the GPU runs the last ones, so dispatch hides under long
+    # kernels and shows only when they are short (p large: the max; p = 1 would add them). Prior
+    # p ~ 4 (2.8-6 at one sd): the older studies cannot tell p (their steps are GPU-bound or their
+    # overheads synchronous); held out one study at a time, priors p ~ 3, 4, 6 give the same errors
+    # within 3 points, a weak prior around 2 lets the TF1-era rows pull it to a sum (Lambda 21 %,
+    # our own H100/H200 rows 38 %, against 16 % and 22 %).
+    "log_ov": (math.log(3.0), 0.5),
 }
 BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default gradient bucket (bucket_cap_mb = 25)
 LINE_EFF = 0.9  # fraction of the line rate a bulk transfer reaches when nothing else limits it
@@ -279,6 +298,25 @@ def mva_scalar(Z: float, D: float, N: int, q: float = 1.0) -> tuple[float, float
     return X, R
 
 
+def overlap_p(theta) -> float:
+    """Exponent of the p-norm that combines the fixed per-step time with the GPU's work."""
+    return 1.0 + math.exp(min(float(theta[G_INDEX["log_ov"]]), 5.0))
+
+
+def fixed_times(theta, ntens: float, study_over: float = 0.0) -> tuple[float, float]:
+    """(synchronous per-step time, per-tensor dispatch time) of a model of ``ntens`` tensors."""
+    g = math.exp(study_over)
+    return (math.exp(float(theta[G_INDEX["log_tau"]])) * g,
+            math.exp(float(theta[G_INDEX["log_tau_t"]])) * ntens * g)
+
+
+def work_time(t_step: float, theta, ntens: float) -> float:
+    """The GPU-work part of a step of ``t_step`` seconds (the inverse of the step's composition)."""
+    t0, t_disp = fixed_times(theta, ntens)
+    p = overlap_p(theta)
+    return max(max(t_step - t0, 0.0) ** p - t_disp ** p, 0.0) ** (1.0 / p)
+
+
 def ar16_fraction(g16: float) -> float:
     """All-reduce bytes of a mixed-precision row relative to fp32 gradients: in [1/2, 1]."""
     return 0.5 + 0.5 / (1.0 + math.exp(-min(max(float(g16), -30.0), 30.0)))
@@ -313,9 +351,12 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     c_flop = inv_peak / (1e12 * eff)
     m_flop = 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
-    t_fixed = (math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * enc.ntens) * np.exp(study_over)
+    t_step0 = math.exp(g["log_tau"]) * np.exp(study_over)  # synchronous per-step host work
+    t_fixed = math.exp(g["log_tau_t"]) * enc.ntens * np.exp(study_over)  # per-tensor dispatch (overlaps)
     lvl = g["log_level"] + np.asarray(study_level, float)
-    t_gpu = t_fixed[:, None] + work[:, None] * per_flop * np.exp(-(np.reshape(lvl, (-1, 1)) + ie + ge + me[:, None]))
+    t_work = work[:, None] * per_flop * np.exp(-(np.reshape(lvl, (-1, 1)) + ie + ge + me[:, None]))
+    p_ov = overlap_p(theta)
+    t_gpu = np.reshape(t_step0, (-1, 1)) + (t_fixed[:, None] ** p_ov + t_work ** p_ov) ** (1.0 / p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
     present = enc.cnt > 0
@@ -426,9 +467,10 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
     log_ai = g["log_ai"] + g["w_ai"] * (math.log(grad / 4.0 / ntens) - WIDTH_REF) + (math.log(2.0) if fp16 else 0.0)
     ai = math.exp(log_ai)
-    t_fixed = (math.exp(g["log_tau"]) + math.exp(g["log_tau_t"]) * ntens) * math.exp(study_over)
+    t_step0, t_fixed = fixed_times(theta, ntens, study_over)
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
+    p_ov = overlap_p(theta)
     tc, ti, tn = [], [], []
     grad_ar = grad * ar16_fraction(g["g16"]) if fp16 else grad
     for gr in groups:
@@ -436,7 +478,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         c_flop = inv_peak / (1e12 * eff)
         m_flop = 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
-        t_gpu = t_fixed + work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
+        t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
+        t_gpu = t_step0 + (t_fixed ** p_ov + t_work ** p_ov) ** (1.0 / p_ov)
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
         if G > 1:

@@ -195,17 +195,24 @@ class _Query:
     throughput: float | None = None
     tensors: float | None = None
     """Parameter tensors; ``None`` = the zoo's count for a zoo model, else estimated from the gradient bytes."""
+    input: str = "host"
+    """Where batches come from: ``host`` (the model's data loader) or ``device`` (no host pipeline)."""
 
     @classmethod
     def of(cls, m: Measurement) -> "_Query":
         return cls(model=m.model, batch_size=m.batch_size, cluster=m.cluster, ps=m.ps, sync=m.sync,
                    flops=m.flops_per_sample, grad=m.gradient_bytes, precision=m.precision,
-                   network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count)
+                   network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count, input=m.input)
 
     @property
     def ps_share(self) -> tuple[float, float] | None:
         """Largest (bytes, tensors) shares on one parameter server, when the variable layout is known."""
         return ps_load_share(self.model, self.ps, self.grad / 4.0) if self.ps > 0 else None
+
+    @property
+    def pixels(self) -> float:
+        """Image elements per sample the host's input pipeline decodes (0: none to wait for)."""
+        return 0.0 if self.input == "device" else input_pixels(self.model)
 
     @property
     def n_tensors(self) -> float:
@@ -247,7 +254,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      ps=np.array([q.ps for q in queries]), asyn=np.array([q.sync == "async" for q in queries]),
                      gidx=gidx, midx=np.array([model_effect.get(q.model, -1) for q in queries]), iidx=iidx, lidx=lidx,
                      pidx=np.array([model_effect.get(_prec_key(q.model, q.precision), -1) for q in queries]),
-                     pix=np.array([input_pixels(q.model) for q in queries], float),
+                     pix=np.array([q.pixels for q in queries], float),
                      ps_bshare=np.array([sh[0] if sh else np.nan for sh in shares], float),
                      ps_tshare=np.array([sh[1] if sh else np.nan for sh in shares], float))
     return enc, resolved
@@ -706,7 +713,7 @@ class ThroughputModel:
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
                                          model_effect=self.model_effects_.get(q.model, 0.0)
                                          + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
-                                         pix=input_pixels(q.model),
+                                         pix=q.pixels,
                                          ps_share=q.ps_share)
         share = parts["t_sync"] / parts["t_w"] if q.ps == 0 and parts["t_w"] > 0 else 0.0
         reasons = self._extrapolation(q, share)
@@ -823,10 +830,9 @@ def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:
     clone.model_effects_.pop(_prec_key(w.model, w.precision), None)  # the profile gives the whole effect
     clone.correction_ = None
     pred = clone.predict([q], warn=False)[0]
-    tau = (math.exp(clone.theta_[an.G_INDEX["log_tau"]])
-           + math.exp(clone.theta_[an.G_INDEX["log_tau_t"]]) * q.n_tensors)  # fixed part of the step
-    t_pred = w.batch_size / pred.throughput - tau
-    t_meas = max(w.step_time_s_ref - tau, 1e-6)
+    # The GPU-work part of the predicted and the profiled step (their fixed parts are the model's).
+    t_pred = an.work_time(w.batch_size / pred.throughput, clone.theta_, q.n_tensors)
+    t_meas = max(an.work_time(w.step_time_s_ref, clone.theta_, q.n_tensors), 1e-6)
     clone.model_effects_[w.model] = math.log(max(t_pred, 1e-9) / t_meas)
     clone.fitted_models_ = set(m.fitted_models_) | {w.model}
     clone.fitted_gpus_ = set(m.fitted_gpus_) | {ref.name}
