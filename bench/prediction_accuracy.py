@@ -232,6 +232,23 @@ def one_row_rows(rows) -> None:
            "'peak-FLOPS' column here: the same prior without the row (the GPU and 2 of 4 models unseen)")
 
 
+def own_cross_gpu_rows(rows) -> None:
+    """Our own H100 and H200 rows: one machine's rows as a user's ``predict --measurements`` table
+    (on the prior fitted on the published studies) predict the other machine's (another GPU and host,
+    the same software); the 'peak-FLOPS' column is the same prior without the user's rows."""
+    ours = rows["ours (H100, H200)"]
+    prior = fit([m for name, rs in rows.items() if name != "ours (H100, H200)" for m in rs])
+    for src, dst in (("H100", "H200"), ("H200", "H100")):
+        user = [m for m in ours if gpu_of(m) == src]
+        test = [m for m in ours if gpu_of(m) == dst]
+        model = ThroughputModel(prior=prior, folds=5).fit(user)
+        p, cover, width = _interval_stats(model, test)
+        y = obs(test)
+        report(f"ours: {dst} rows from the {src} machine's rows (predict --measurements)", len(test), score(p, y),
+               math.nan, score(predict(prior, test), y), "-",
+               f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; 'peak-FLOPS' column: the prior alone")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip the correction's nested cross-validation")
@@ -244,6 +261,7 @@ def main() -> None:
     # Headline rows first: leave one study out, Pollux leave one model out, one measured row.
     study_rows = cross_study_rows()
     one_row_rows(study_rows)
+    own_cross_gpu_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows
 
     # 1. Single-GPU speed of unseen models (leave one model out: none of its rows, any GPU or size, is trained on).

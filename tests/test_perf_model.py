@@ -190,3 +190,20 @@ def test_dispatch_hides_under_gpu_work_and_device_input_has_no_host_cap():
                    flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input=source)
         rates[source] = m.predict_one(q).throughput
     assert rates["device"] >= rates["host"]
+
+
+def test_unseen_gpu_takes_its_architectures_fitted_effect():
+    """A GPU no row measured inherits the mean fitted effect of its architecture's measured GPUs on
+    the same precision path (an H100's slow fp16 path says something of an H200's), nothing across
+    architectures."""
+    rows = [m for m in load_shipped(("hopper_zoo",)) if m.cluster.groups[0].gpu == "H100"]
+    m = ThroughputModel(folds=0, correction="none").fit(rows)
+    fitted = m.gpu_effects_["H100/fp16"]
+    assert abs(fitted) > 0.01
+    assert m._gpu_effect("H200", "fp16") == pytest.approx(fitted)
+    assert m._gpu_effect("GH200", "fp32") == pytest.approx(m.gpu_effects_["H100/fp32"])
+    assert m._gpu_effect("A100", "fp16") == 0.0  # Ampere: no fitted GPU of its architecture
+    w = Workload.from_zoo("resnet50", 128)
+    q = _Query(model="resnet50", batch_size=128, cluster=ClusterSpec.parse("1xH200"), ps=0, sync="sync",
+               flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input="device")
+    assert m.predict_one(q).throughput == pytest.approx(m.predict([q], warn=False)[0].throughput, rel=1e-9)

@@ -359,6 +359,7 @@ class ThroughputModel:
 
     def fit(self, measurements: list[Measurement]) -> "ThroughputModel":
         """Calibrate on measured rows (each needs ``throughput``); returns ``self``."""
+        self.__dict__.pop("_arch_effect_cache", None)  # derived from the effects this fit replaces
         # lazy: scipy.optimize only when the model is fitted, not when shipped fits are read
         from scipy.optimize import least_squares
 
@@ -517,6 +518,35 @@ class ThroughputModel:
         self.regime_log_ = {k: max(v, p.regime_log_.get(k, 0.0)) if counts[k] < 10 else v
                             for k, v in self.regime_log_.items()}
 
+    def _gpu_effect(self, name: str, precision: str) -> float:
+        """The fitted speed effect of GPU ``name`` on ``precision``'s path; for a GPU the fit never saw,
+        the mean effect of the fitted GPUs of its architecture on that path (0 when there are none).
+
+        GPUs of one architecture share the SM design, tensor-core generation and the libraries'
+        kernels for it, so how far they fall from their datasheets is mostly the architecture's:
+        an H100's slow fp16 path tells of an H200's (our own H100 rows predicting the H200's,
+        bench/prediction_accuracy.py)."""
+        key = f"{name}/{precision}"
+        if key in self.gpu_effects_:
+            return self.gpu_effects_[key]
+        cache = self.__dict__.setdefault("_arch_effect_cache", {})
+        if key not in cache:
+            arch = _architecture(name)
+            same = [v for k, v in self.gpu_effects_.items()
+                    if arch is not None and k.endswith(f"/{precision}") and _architecture(k.split("/")[0]) == arch]
+            cache[key] = float(np.mean(same)) if same else 0.0
+        return cache[key]
+
+    def _gpu_effects_for(self, qs: list) -> dict[str, float]:
+        """The fitted GPU effects, plus the architecture fallback of every unseen GPU of ``qs``."""
+        out = dict(self.gpu_effects_)
+        for q in qs:
+            for _g, name, _n in _resolve_groups(q.cluster):
+                key = f"{name}/{q.precision}"
+                if key not in out:
+                    out[key] = self._gpu_effect(name, q.precision)
+        return out
+
     def _effect_arrays(self, enc_keys):
         gk, mk = enc_keys
         return (np.array([self.gpu_effects_.get(k, 0.0) for k in gk]),
@@ -605,7 +635,8 @@ class ThroughputModel:
         qs = [_Query.of(q) if isinstance(q, Measurement) else q for q in queries]
         if not qs:
             return []
-        gpu_keys = sorted(self.gpu_effects_)
+        g_effects = self._gpu_effects_for(qs)
+        gpu_keys = sorted(g_effects)
         model_keys = sorted(self.model_effects_)
         inter_keys = sorted(self.inter_effects_)
         link_keys = sorted(self.link_effects_)
@@ -616,6 +647,7 @@ class ThroughputModel:
         enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)})
         devs = _device_table(dev_index)
         eg, em = self._effect_arrays((gpu_keys, model_keys))
+        eg = np.array([g_effects[k] for k in gpu_keys])
         ei = np.array([self.inter_effects_[k] for k in inter_keys])
         studies = [self.study_effects_.get(_study_of(q), (0.0, 0.0)) if isinstance(q, Measurement) else (0.0, 0.0)
                    for q in queries]
@@ -707,7 +739,7 @@ class ThroughputModel:
                 log_p32=math.log(d.fp32_tflops * d.sustained), log_bw=math.log(d.memory_bandwidth_gbs),
                 link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
                 net_gbs=(q.network_gbps or node_network_gbps(g.gpu, gpn)) / 8.0,
-                effect=self.gpu_effects_.get(key, 0.0) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
+                effect=self._gpu_effect(name, q.precision) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
                 link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
