@@ -329,4 +329,6 @@ def test_a_measurement_table_and_the_store_are_fitted_together(gpu_store, tmp_pa
     code, out, err = run_cli(capsys, "predict", "--measurements", str(table), "--model", "resnet50", "--batch-size", "64",
                              "--cluster", "1xV100:4", "--json")
     assert code == 0 and "using 1 measured row" in err
-    assert json.loads(out)["throughput"] == pytest.approx(measured, rel=0.05)
+    # the table's three rows of another model move the shared parameters too: within 8 %, not the
+    # 3-5 % a lone measured row gets (test_calibrated_workload_reproduces_the_measured_cluster)
+    assert json.loads(out)["throughput"] == pytest.approx(measured, rel=0.08)

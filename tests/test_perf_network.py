@@ -69,9 +69,12 @@ def test_a_bigger_study_does_not_outweigh_the_others():
 
 
 def test_one_measured_row_of_the_target_gpu_pulls_the_prediction_to_it(pollux):
-    # A calibration that has never seen a T4 (Lambda's table), as a user's prior would not have
-    # seen the user's own GPU; the user measures one configuration of ResNet-50 on it.
-    prior = ThroughputModel(folds=0, correction="none").fit(load_shipped(("lambda",)))
+    # A calibration that has never seen a T4 (every shipped study but Pollux's: none holds a T4), as
+    # a user's prior would not have seen the user's own GPU; the user measures one configuration of
+    # ResNet-50 on it. (Lambda's table alone, large batches only, leaves the model's batch dependence
+    # on this GPU too flat for the interval at batch 163: 178 predicted, 214 measured.)
+    prior = ThroughputModel(folds=0, correction="none").fit(
+        load_shipped(("lambda", "cmdare", "transient_dl", "hopper_zoo")))
     row = next(m for m in pollux if m.model == "resnet50" and str(m.cluster) == "1xT4" and m.batch_size == 57)
     before = prior.predict([row], warn=False)[0]
     user = ThroughputModel(prior=prior, folds=0).fit([row])

@@ -70,12 +70,17 @@ def test_hard_cap_bounds_the_p95_cost(free, plan_of, capsys):
     # a cap the cheapest plan meets keeps it
     roomy = plan_of("--hard-cap", f"{free.prediction.cost_p95_usd * 1.001:.4f}")
     assert roomy.label == free.label and roomy.prediction.cost_p95_usd <= free.prediction.cost_p95_usd * 1.001
-    # no other plan meets the deadline at a lower p95 cost: a cap just below the cheapest plan's
-    # leaves none, and the one-line error (exit 2) names the flag
+    # a cap just below the cheapest plan's p95 cost: another plan under it (never cheaper in
+    # expectation: a constraint never helps), or none
     cap = free.prediction.cost_p95_usd * 0.999
     code, out, err = run_here(capsys, *BASE, "--hard-cap", f"{cap:.4f}")
+    if code == 0:
+        capped = Plan.from_dict(json.loads(out)["plan"])
+        assert capped.prediction.cost_p95_usd <= cap and capped.prediction.cost_usd >= free.prediction.cost_usd * (1 - 1e-9)
+    # a cap no plan meets (a tenth of the cheapest p95) leaves none: the one-line error (exit 2) names the flag
+    code, out, err = run_here(capsys, *BASE, "--hard-cap", f"{free.prediction.cost_p95_usd * 0.1:.4f}")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "--hard-cap" in err and "--deadline" in err
+    assert "--hard-cap" in err and "lowest p95 cost" in err
 
 
 def test_on_demand_share(plan_of):

@@ -366,9 +366,10 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     le = (np.where(enc.lidx >= 0, e_l[np.maximum(enc.lidx, 0)], 0.0)
           if e_l is not None and e_l.size else 0.0)
     # However poorly a node uses its GPUs' link, the all-reduce can always be staged through host
-    # memory: every byte crosses the GPU's PCIe link twice, a floor of PCIe / 2 (NCCL's SHM path).
-    raw = np.maximum(devs.link_gbs[d] * np.exp(le), 0.5 * devs.pcie_gbs[d])
-    link = raw * 1e9 * math.exp(g["log_link_eff"])
+    # memory: every byte crosses the GPU's PCIe link twice, a floor of PCIe / 2 at the line
+    # efficiency of a bulk copy (NCCL's SHM path), whatever the fitted efficiency of the links.
+    link = np.maximum(devs.link_gbs[d] * np.exp(le) * math.exp(g["log_link_eff"]),
+                      LINE_EFF * 0.5 * devs.pcie_gbs[d]) * 1e9
     G = enc.gpn
     t_intra = np.where(G > 1, 2.0 * (G - 1) / np.maximum(G, 1) * S_ar[:, None] / link, 0.0)
     net = enc.net * 1e9 * math.exp(g["log_net_eff"])
@@ -483,8 +484,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
         if G > 1:
-            raw = max(gr.link_gbs * math.exp(gr.link_effect), 0.5 * gr.pcie_gbs)
-            ti.append(2.0 * (G - 1) / G * grad_ar / (raw * 1e9 * link_eff))
+            link = max(gr.link_gbs * math.exp(gr.link_effect) * link_eff, LINE_EFF * 0.5 * gr.pcie_gbs)
+            ti.append(2.0 * (G - 1) / G * grad_ar / (link * 1e9))
         else:
             ti.append(0.0)
         tn.append(2.0 * grad / (gr.net_gbs * 1e9 * net_eff))
