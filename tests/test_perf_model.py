@@ -207,3 +207,18 @@ def test_unseen_gpu_takes_its_architectures_fitted_effect():
     q = _Query(model="resnet50", batch_size=128, cluster=ClusterSpec.parse("1xH200"), ps=0, sync="sync",
                flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input="device")
     assert m.predict_one(q).throughput == pytest.approx(m.predict([q], warn=False)[0].throughput, rel=1e-9)
+
+
+def test_the_residual_correction_stays_in_the_structure_it_was_fitted_on():
+    """A correction learnt on one-node rows never applies to a multi-node or mixed-GPU query, nor does a
+    feature that never varied in the rows weigh at all."""
+    from spottrain.perf.correction import ResidualCorrection
+
+    rows = [m for m in load_shipped(("pollux",)) if m.model == "ncf-neumf" and m.cluster.nodes == 1]
+    rng = np.random.default_rng(0)
+    corr = ResidualCorrection().fit(rows, rng.normal(0.0, 0.2, len(rows)) + 0.3 * np.log([m.cluster.total_gpus for m in rows]))
+    inside = corr.predict(rows)
+    assert np.any(np.abs(inside) > 0.05)  # it does correct the rows' own structure
+    multi = [m for m in load_shipped(("pollux",)) if m.model == "ncf-neumf" and m.cluster.nodes > 1][:50]
+    assert np.all(corr.predict(multi) == 0.0)
+    assert np.all(np.isfinite(corr.scale_)) and corr.coef_[0] == 0.0  # log nodes: constant in the rows
