@@ -68,7 +68,7 @@ class ResidualCorrection:
         # A residual fudge learnt on one kind of cluster says nothing of another: a query with more
         # nodes or GPUs per node than the rows, or parameter servers, asynchrony or mixed GPU types
         # they lacked, gets no correction (one-node rows' correction applied across nodes took the
-        # Pollux multi-node rows from 12.9 % to 15.4 % error, bench/prediction_accuracy.py).
+        # Pollux multi-node rows from 13.4 % to 15.4 % error, bench/prediction_accuracy.py).
         s = list(STRUCTURE)
         outside = ((X[:, s] < self.low_[s] - 1e-9) | (X[:, s] > self.high_[s] + 1e-9)).any(axis=1)
         return np.where(outside, 0.0, out)
