@@ -19,11 +19,16 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
 
+NEEDS_GPU = ("gpu_speeds.py",)
+"""Scripts that run on a CUDA machine only (their output is data, kept in bench/data/, not a page)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # --collect: only reassemble RESULTS.md from the pages the scripts last wrote.
     collect_only = "--collect" in argv
-    scripts = sorted(p for p in HERE.glob("*.py") if p.name != "run_all.py" and not p.name.startswith("_"))
+    scripts = sorted(p for p in HERE.glob("*.py")
+                     if p.name not in ("run_all.py", *NEEDS_GPU) and not p.name.startswith("_"))
     failures = []
     for script in [] if collect_only else scripts:
         print(f"== {script.name}", flush=True)

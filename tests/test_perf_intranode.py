@@ -31,10 +31,14 @@ def test_fp16_payload_is_between_fp16_and_fp32_gradients():
     link = 64.0e9 * math.exp(m.theta_[an.G_INDEX["log_link_eff"]] + 0.3)
     assert p32["t_intra"] == pytest.approx(2 * 7 / 8 * S / link)
     assert p16["t_intra"] == pytest.approx(frac * p32["t_intra"])
-    # A link effect below the host-staged floor (PCIe / 2) is cut at the floor.
+    # A link effect below the host-staged floor is cut at the floor: PCIe / 2 at the line
+    # efficiency, shared by the node's 8 GPUs (x 2/8), whatever the fitted link efficiency.
     slow = an.GroupInput(**{**gr.__dict__, "link_effect": -5.0})
     _, ps, _ = an.predict_one(m.theta_, [slow], fp16=False, **kw)
-    assert ps["t_intra"] == pytest.approx(2 * 7 / 8 * S / (32.0e9 * math.exp(m.theta_[an.G_INDEX["log_link_eff"]])))
+    assert ps["t_intra"] == pytest.approx(2 * 7 / 8 * S / (an.LINE_EFF * 32.0e9 * 2 / 8))
+    two = an.GroupInput(**{**slow.__dict__, "gpn": 2})
+    _, p2, _ = an.predict_one(m.theta_, [two], fp16=False, **kw)
+    assert p2["t_intra"] == pytest.approx(2 * 1 / 2 * S / (an.LINE_EFF * 32.0e9))
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +87,15 @@ def test_intra_node_scaling_stays_physical():
 def test_a_poorly_connected_node_is_no_slower_than_staging_through_host_memory(lambda_fit):
     m = lambda_fit
     assert m.link_effects_
-    eff = math.exp(m.theta_[an.G_INDEX["log_link_eff"]])
     for name in m.link_effects_:
         from spottrain.perf.hardware import device
 
         d = device(name)
         q32 = _q("bert-base", 32, f"1x{name}:8", "fp32")
         x = m.predict_one(q32)
-        # The 8-GPU step is at most compute + the all-reduce over the host-staged floor (PCIe / 2).
+        # The 8-GPU step is at most compute + the all-reduce over the host-staged floor (PCIe / 2 at
+        # the line efficiency, shared by the node's 8 GPUs).
         S = Workload.from_zoo("bert-base", 32).gradient_bytes
-        t_floor = 2 * 7 / 8 * S / (0.5 * d.pcie_gbs * 1e9 * eff)
+        t_floor = 2 * 7 / 8 * S / (float(an.host_staged_gbs(d.pcie_gbs, 8)) * 1e9)
         t1 = 32 / m.predict_one(_q("bert-base", 32, f"1x{name}", "fp32")).throughput
         assert x.iteration_time_s <= t1 + t_floor + 1e-9
