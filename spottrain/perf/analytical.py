@@ -56,8 +56,9 @@ fitted global g16 saying where between the two the measured frameworks sit.
   against its datasheet link is a property of the host (P2P enabled or not, PCIe switch topology,
   NVLink exposed to a partial VM or not) that the GPU's spec does not carry. In the Lambda table
   the 8-GPU V100 and A100 SXM machines scale like PCIe hosts (BERT-large fp32 on 8 A100: 3.3x),
-  while the H100 and B200 SXM machines reach their NVLink. The path never falls below PCIe / 2
-  (staging through host memory, every byte crossing the GPU's PCIe link twice), which bounds what
+  while the H100 and B200 SXM machines reach their NVLink. The path never falls below a
+  host-staged copy (every byte crossing the GPU's PCIe link twice: PCIe / 2 at a bulk copy's line
+  efficiency, shared by the node's GPUs beyond two, x 2/G: ``host_staged_gbs``), which bounds what
   a badly connected measured node can teach about other nodes of that GPU. Being the host's, e_l
   applies to the model fitted on that host's rows only: the shipped calibration and models that
   take a fitted model as prior start every GPU type at 0 (``throughput.fit_default_model``);
@@ -457,7 +458,7 @@ class GroupInput:
     net_gbs: float  # per-node network GB/s before efficiency
     effect: float  # e_g + e_gm
     link_effect: float = 0.0  # e_l: fitted log efficiency of this GPU type's intra-node interconnect
-    pcie_gbs: float = 0.0  # host link per direction (floor of the intra-node path: PCIe / 2)
+    pcie_gbs: float = 0.0  # host link per direction (sets the floor of the intra-node path: host_staged_gbs)
 
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
