@@ -18,7 +18,7 @@ import pytest
 
 from spottrain.runtime import torchrun_guard
 from spottrain.runtime.elastic import EXIT_INPUT
-from spottrain.runtime.skypilot import INPUT_ERROR_ENV, SkyTask, task_config
+from spottrain.runtime.skypilot import INPUT_ERROR_ENV, RDZV_PORT_ENV, SkyTask, task_config
 
 pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +40,14 @@ build_trainer("mlp", TrainConfig.from_env(steps=5, global_batch_size=1)).fit()  
 """
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _run_task(tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess[str], list[tuple[int, int]]]:
     (tmp_path / "train.py").write_text(TRAIN)
     task = SkyTask(name="guard", command=["python", "train.py", mode], num_nodes=1, accelerators="V100:2",
@@ -49,7 +57,9 @@ def _run_task(tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess[st
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT), "RUNS_LOG": str(runs), "OMP_NUM_THREADS": "1",
            "TMPDIR": str(tmp_path), "SKYPILOT_NUM_NODES": "1", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NODE_IPS": "127.0.0.1",
-           "SKYPILOT_TASK_ID": f"guard-{mode}-{os.getpid()}", "SKYPILOT_NUM_GPUS_PER_NODE": "2"}
+           "SKYPILOT_TASK_ID": f"guard-{mode}-{os.getpid()}", "SKYPILOT_NUM_GPUS_PER_NODE": "2",
+           # a port of its own: the previous test's rendezvous store may still hold the default one
+           RDZV_PORT_ENV: str(_free_port())}
     out = subprocess.run(["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=200)
     started = [tuple(int(x) for x in line.split()) for line in runs.read_text().splitlines()] if runs.exists() else []
     return out, started  # type: ignore[return-value]
@@ -68,7 +78,7 @@ def test_input_error_under_torchrun_ends_the_task_with_one_line_and_no_restart(t
 def test_other_failures_are_still_restarted_by_torchrun(tmp_path: Path) -> None:
     out, started = _run_task(tmp_path, "crash")
     assert out.returncode not in (0, EXIT_INPUT)
-    assert sorted(started) == [(0, 0), (0, 1), (1, 0), (1, 1)]  # --max-restarts=1: a second attempt
+    assert sorted(started) == [(0, 0), (0, 1), (1, 0), (1, 1)], out.stderr[-2000:]  # --max-restarts=1: a second attempt
     assert "not restarted" not in out.stderr and not list(tmp_path.glob("spottrain-input-error.*"))
 
 

@@ -39,6 +39,8 @@ from spottrain.errors import InputError, SpottrainError
 from spottrain.plan_file import Plan
 
 RDZV_PORT = 29500
+RDZV_PORT_ENV = "SPOTTRAIN_RDZV_PORT"
+"""Environment variable that moves the head node's rendezvous port off RDZV_PORT (a port in use)."""
 _NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9._-]{0,62})$")
 _CLUSTER = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _BUCKET = re.compile(r"^(?:(?:s3|gs|r2|cos)://)?[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](?:/[A-Za-z0-9._/-]*)?$")
@@ -247,7 +249,7 @@ def task_config(task: SkyTask) -> dict[str, Any]:
         f'export {INPUT_ERROR_ENV}="$(mktemp -u "${{TMPDIR:-/tmp}}/spottrain-input-error.XXXXXX")"',
         "rc=0",
         f'torchrun --nnodes="$SKYPILOT_NUM_NODES" --nproc-per-node="{nproc}" --node-rank="$SKYPILOT_NODE_RANK" '
-        f'--rdzv-backend=c10d --rdzv-endpoint="$HEAD_IP:{RDZV_PORT}" --rdzv-id="$SKYPILOT_TASK_ID" '
+        f'--rdzv-backend=c10d --rdzv-endpoint="$HEAD_IP:${{{RDZV_PORT_ENV}:-{RDZV_PORT}}}" --rdzv-id="$SKYPILOT_TASK_ID" '
         f"--max-restarts={int(task.max_restarts)} -m spottrain.runtime.torchrun_guard {user} || rc=$?",
         f'if [ -s "${INPUT_ERROR_ENV}" ]; then',
         f'  head -n1 "${INPUT_ERROR_ENV}" >&2; rm -f "${INPUT_ERROR_ENV}"',
