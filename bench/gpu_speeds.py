@@ -64,8 +64,8 @@ def _gpu_name() -> str:
     return name.replace(" ", "-")
 
 
-def time_one(zoo, model_name: str, precision: str, batch: int, *, warmup: int, steps: int) -> list[float]:
-    """Per-step seconds of ``steps`` timed training steps."""
+def time_one(zoo, model_name: str, precision: str, batch: int, *, warmup: int, steps: int) -> tuple[list[float], str]:
+    """Per-step seconds of ``steps`` timed training steps, and the optimiser's name."""
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
@@ -96,7 +96,7 @@ def time_one(zoo, model_name: str, precision: str, batch: int, *, warmup: int, s
     times = [s.elapsed_time(e) / 1e3 for s, e in events]
     del model, opt, x, y
     torch.cuda.empty_cache()
-    return times
+    return times, "sgd-momentum" if conv else "adamw"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"budget reached; skipped {name} {precision} {batch}", flush=True)
                         continue
                     try:
-                        times = time_one(zoo, name, precision, batch, warmup=args.warmup, steps=args.steps)
+                        times, optimizer = time_one(zoo, name, precision, batch, warmup=args.warmup, steps=args.steps)
                     except torch.OutOfMemoryError:
                         torch.cuda.empty_cache()
                         print(f"{name} {precision} b={batch}: out of memory", flush=True)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                         "model": name, "batch_size": batch, "cluster": f"1x{gpu}", "ps": 0, "sync": "sync",
                         "throughput": round(batch / med, 3), "precision": "fp16" if precision == "fp16" else "fp32",
                         "step_time_s": round(med, 6), "step_time_p10_s": round(q[0], 6), "step_time_p90_s": round(q[-1], 6),
-                        "optimizer": "sgd-momentum" if name.startswith(("resnet", "vgg")) else "adamw",
+                        "optimizer": optimizer,
                         "channels_last": False, "matmul_tf32": precision == "tf32", "cudnn_tf32": True,
                         "gpu_name": torch.cuda.get_device_name(0), "torch": torch.__version__,
                         "cuda": torch.version.cuda, "source": "bench/gpu_speeds.py",

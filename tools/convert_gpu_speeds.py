@@ -31,13 +31,8 @@ COLUMNS = ["model", "batch_size", "cluster", "ps", "sync", "throughput", "networ
 MATMUL_NETWORKS = frozenset({"bert-base", "gpt2-small", "transformer-base", "lstm-lm"})
 
 
-def _tensor_count(name: str) -> int:
-    from spottrain.profiler.zoo import build_network
-
-    return sum(1 for p in build_network(name, device="meta").parameters() if p.requires_grad)
-
-
 def convert(raws: list[Path], study: str) -> list[dict[str, object]]:
+    from spottrain.perf.workload import known_tensor_count
     from spottrain.profiler.zoo_info import zoo_entry
 
     rows = []
@@ -45,19 +40,16 @@ def convert(raws: list[Path], study: str) -> list[dict[str, object]]:
         with raw.open(newline="") as fh:
             rows.extend(csv.DictReader(fh))
     out: list[dict[str, object]] = []
-    tensors: dict[str, int] = {}
     for r in rows:
         name = r["model"]
         tf32 = r["matmul_tf32"] == "True"
         if r["precision"] == "fp32" and name in MATMUL_NETWORKS and not tf32:
             continue  # strict-FP32 matrix products: not what precision=fp32 means in the tables
         entry = zoo_entry(name)
-        if name not in tensors:
-            tensors[name] = _tensor_count(name)
         out.append({
             "model": name, "batch_size": int(r["batch_size"]), "cluster": r["cluster"], "ps": 0, "sync": "sync",
             "throughput": float(r["throughput"]), "network_gbps": "", "flops_per_sample": f"{entry.flops_per_sample:.6g}",
-            "param_count": entry.param_count, "precision": r["precision"], "tensor_count": tensors[name],
+            "param_count": entry.param_count, "precision": r["precision"], "tensor_count": known_tensor_count(name),
             "step_time_s": float(r["step_time_s"]), "input": "device",
             "source": f"{study}-{r['cluster'].split('x', 1)[1].lower()}/bench/gpu_speeds.py ({r['gpu_name']}, torch {r['torch']})",
         })

@@ -320,6 +320,12 @@ def fixed_times(theta, ntens: float, study_over: float = 0.0) -> tuple[float, fl
             math.exp(float(theta[G_INDEX["log_tau_t"]])) * ntens * g)
 
 
+def dispatch_step(t_step0, t_dispatch, t_work, p: float):
+    """The GPU's step: synchronous host time, then the p-norm of the dispatch and the GPU's work
+    (floats or arrays); :func:`work_time` inverts it."""
+    return t_step0 + (t_dispatch ** p + t_work ** p) ** (1.0 / p)
+
+
 def work_time(t_step: float, theta, ntens: float) -> float:
     """The GPU-work part of a step of ``t_step`` seconds (the inverse of the step's composition)."""
     t0, t_disp = fixed_times(theta, ntens)
@@ -366,7 +372,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     lvl = g["log_level"] + np.asarray(study_level, float)
     t_work = work[:, None] * per_flop * np.exp(-(np.reshape(lvl, (-1, 1)) + ie + ge + me[:, None]))
     p_ov = overlap_p(theta)
-    t_gpu = np.reshape(t_step0, (-1, 1)) + (t_fixed[:, None] ** p_ov + t_work ** p_ov) ** (1.0 / p_ov)
+    t_gpu = dispatch_step(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
     present = enc.cnt > 0
@@ -489,7 +495,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         m_flop = 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
         t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
-        t_gpu = t_step0 + (t_fixed ** p_ov + t_work ** p_ov) ** (1.0 / p_ov)
+        t_gpu = dispatch_step(t_step0, t_fixed, t_work, p_ov)
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
         if G > 1:

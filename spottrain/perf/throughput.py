@@ -547,9 +547,10 @@ class ThroughputModel:
                     out[key] = self._gpu_effect(name, q.precision)
         return out
 
-    def _effect_arrays(self, enc_keys):
+    def _effect_arrays(self, enc_keys, gpu_effects: dict[str, float] | None = None):
         gk, mk = enc_keys
-        return (np.array([self.gpu_effects_.get(k, 0.0) for k in gk]),
+        gpu_effects = self.gpu_effects_ if gpu_effects is None else gpu_effects
+        return (np.array([gpu_effects.get(k, 0.0) for k in gk]),
                 np.array([self.model_effects_.get(k, 0.0) for k in mk]))
 
     def _fit_correction_and_intervals(self, rows: list[Measurement]) -> None:
@@ -646,8 +647,7 @@ class ThroughputModel:
         dev_index: dict[str, int] = {}
         enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)})
         devs = _device_table(dev_index)
-        eg, em = self._effect_arrays((gpu_keys, model_keys))
-        eg = np.array([g_effects[k] for k in gpu_keys])
+        eg, em = self._effect_arrays((gpu_keys, model_keys), g_effects)
         ei = np.array([self.inter_effects_[k] for k in inter_keys])
         studies = [self.study_effects_.get(_study_of(q), (0.0, 0.0)) if isinstance(q, Measurement) else (0.0, 0.0)
                    for q in queries]
