@@ -243,6 +243,32 @@ def test_a_revoked_spot_node_is_replaced_on_its_own_market_and_the_job_completes
     assert all(provider.nodes[n].proc.poll() is not None for n in provider.nodes)  # no process left
 
 
+def test_a_node_released_before_the_last_step_is_given_back_when_it_leaves_after_it() -> None:
+    """The release reaches a spot node at a step boundary; under load the job's last step can come
+    first. The node then leaves after the job finished: it is still terminated, as asked, not left
+    running until the controller shuts down."""
+    from spottrain.runtime.fleet import _Node
+
+    class Recording:
+        def __init__(self) -> None:
+            self.terminated: list[str] = []
+
+        def terminate(self, node_id: str) -> None:
+            self.terminated.append(node_id)
+
+    provider = Recording()
+    job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j", steps=10, env={}, policy="deadline-margin")
+    ctl = FleetController(job, provider)  # type: ignore[arg-type]
+    released = _Node(node_id="g0-n1", group=job.groups[0], slot=1, ready=True, released=True)
+    kept = _Node(node_id="g0-n0", group=job.groups[0], slot=0, ready=True)
+    ctl.nodes = {n.node_id: n for n in (kept, released)}
+    ctl.finished = True
+    ctl._lost(released, "left")
+    ctl._lost(kept, "left")  # a member that finished and left is not the controller's to terminate
+    assert provider.terminated == ["g0-n1"]
+    assert released.gone and kept.gone
+
+
 def test_deadline_policy_switches_to_on_demand_without_losing_the_state(tmp_path: Path) -> None:
     """deadline-margin with a deadline the spot nodes cannot meet: at a tick (once a step rate
     is measured) it asks for the on-demand fallback and releases the spot nodes; the release

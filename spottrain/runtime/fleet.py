@@ -473,6 +473,8 @@ class FleetController(MembershipPublisher):
     def _lost(self, node: _Node, how: str) -> None:
         node.gone = True
         if self.finished:
+            if node.released:  # asked to leave before the last step, left after it: still give it back
+                self.provider.terminate(node.node_id)
             return
         self.record("lost", node=node.node_id, how=how, was_member=node.node_id in self.members,
                     released=node.released)
