@@ -3,6 +3,7 @@ measured row pulling a prediction, and the bad rows of a measurement table."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -177,3 +178,56 @@ def test_a_gpu_missing_from_your_rows_keeps_the_between_study_width():
     assert min(math.log(p.high / p.low) for p in p_other) > max(math.log(p.high / p.low) for p in p_k80)
     inside = np.mean([p.low <= m.throughput <= p.high for p, m in zip(p_other, others)])
     assert inside >= 0.8, inside
+
+
+def test_network_latency_is_paid_per_node_not_per_gpu():
+    """A ring's steps between GPUs of one node cost microseconds; only the 2 (N-1) steps that cross
+    the network pay its latency. NCF's one 6 MB bucket syncs as fast over 8 nodes of 4 GPUs as over
+    8 nodes of 1 (Pollux: 20-24 ms both)."""
+    theta = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
+    theta[an.G_INDEX["log_ar_lat"]] = math.log(1e-3)
+
+    def t_inter(gpn: int, grad: float) -> float:
+        group = an.GroupInput(count=8, gpn=gpn, log_p=math.log(65.0), log_p32=math.log(8.1), log_bw=math.log(320.0),
+                              link_gbs=16.0, net_gbs=50.0 / 8.0, effect=0.0, link_effect=0.0, pcie_gbs=16.0)
+        _x, parts, _per = an.predict_one(theta, [group], b=32, flops=1e6, grad=grad, ntens=12, fp16=False, ps=0,
+                                         asyn=False, model_effect=0.0)
+        return parts["t_inter"]
+
+    tiny = 8.0  # bytes: the bandwidth term vanishes, the latency term is all that is left
+    assert t_inter(4, tiny) == pytest.approx(t_inter(1, tiny), rel=1e-3)
+    assert t_inter(1, tiny) == pytest.approx(2 * 7 * 1e-3, rel=1e-3)  # one bucket, 2 (8-1) network steps
+    # The bytes still travel the whole ring: 2 (n-1)/n of them, n = 32 or 8 GPUs.
+    big = 4.0 * 25e6
+    grows = t_inter(4, big) - t_inter(1, big)
+    net = float(an.achieved_gbps(50.0, an.PRIOR["log_ar_cap"][0])) / 8.0 * 1e9
+    assert grows == pytest.approx((2 * 31 / 32 - 2 * 7 / 8) * big / net, rel=1e-6)
+
+
+def test_the_between_study_width_grows_with_the_steps_share_of_fixed_overhead():
+    """Studies differ most in their per-step overhead (framework, host); a query whose step is mostly
+    overhead (a small batch on a fast GPU) is as uncertain as that overhead, a long step is not."""
+    from spottrain.perf.throughput import _Query
+
+    model = ThroughputModel(folds=0, correction="none").fit(load_shipped(("cmdare", "lambda", "pollux")))
+    assert model.spread_log_["study_over"] > model.spread_log_["study"]
+
+    def query(batch: int) -> _Query:
+        m = load_shipped(("lambda",))[0]
+        return _Query.of(dataclasses.replace(m, model="resnet50", batch_size=batch, cluster=m.cluster.parse("1xH100"),
+                                             precision="fp16", flops_per_sample=24.6e9, param_count=25557032))
+
+    small, large = query(2), query(512)
+    (p_small, p_large) = model.predict([small, large], warn=False)
+    one_small, one_large = model.predict_one(small), model.predict_one(large)
+    assert one_small.high == pytest.approx(p_small.high, rel=1e-9)  # both paths give the same interval
+    assert one_large.high == pytest.approx(p_large.high, rel=1e-9)
+    half = lambda p: math.log(p.high / p.throughput)  # noqa: E731
+    assert half(p_small) > half(p_large) + 0.02
+    # The width comes from the share itself: no share, no overhead term.
+    reasons = model._extrapolation(small)
+    assert model._half_width(small, reasons, 1.0) > model._half_width(small, reasons, 0.0)
+    level = model.spread_log_["study"]
+    base = model.regime_log_["single"]
+    expect = math.sqrt(base ** 2 + (1.645 * math.sqrt(sum(sd * sd for _n, sd in reasons) + level ** 2)) ** 2)
+    assert model._half_width(small, reasons, 0.0) == pytest.approx(expect, rel=1e-9)

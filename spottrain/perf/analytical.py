@@ -76,8 +76,11 @@ fitted global g16 saying where between the two the measured frameworks sit.
   minimum: a 10 Gbit/s node is held near its line rate, a 50 Gbit/s one near C. Nodes of
   RDMA_GBPS and more (p4d/p5 with EFA, InfiniBand hosts) do not go through TCP: B_eff = 0.9 B_node
   there (no shipped row measures them: their interval says so). n_b = ceil(S / 25 MB) gradient buckets
-  (PyTorch DDP's default bucket size), each a ring of 2 (n-1) steps paying a per-step latency alpha
-  (``ar_lat``, fitted ~0.3 ms over TCP). Communication overlaps the backward pass (DDP launches a
+  (PyTorch DDP's default bucket size), each a ring of 2 (n-1) steps of which 2 (N-1) cross the
+  network and pay its latency alpha (``ar_lat``, fitted over TCP); the steps inside a node (NVLink,
+  PCIe, shared memory: microseconds) are left out, as NCCL's own cost model does (intra- and
+  inter-node latencies per ring step). Pollux's NCF (one 6 MB bucket) syncs in 20-24 ms over 8
+  nodes whether they hold 8 or 32 GPUs. Communication overlaps the backward pass (DDP launches a
   bucket's all-reduce as soon as its gradients are ready) by a fraction phi, but the last bucket
   can only start when backward ends::
 
@@ -326,6 +329,15 @@ def dispatch_step(t_step0, t_dispatch, t_work, p: float):
     return t_step0 + (t_dispatch ** p + t_work ** p) ** (1.0 / p)
 
 
+def fixed_part(t_step0, t_dispatch, t_work, p: float):
+    """How much of :func:`dispatch_step` scales with the fixed times: d t / d log(fixed times).
+
+    The sensitivity of a step to a study's per-step overhead, which an unknown study's is uncertain by.
+    """
+    tot = (t_dispatch ** p + t_work ** p) ** (1.0 / p)
+    return t_step0 + t_dispatch * (t_dispatch / tot) ** (p - 1.0)
+
+
 def work_time(t_step: float, theta, ntens: float) -> float:
     """The GPU-work part of a step of ``t_step`` seconds (the inverse of the step's composition)."""
     t0, t_disp = fixed_times(theta, ntens)
@@ -373,6 +385,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_work = work[:, None] * per_flop * np.exp(-(np.reshape(lvl, (-1, 1)) + ie + ge + me[:, None]))
     p_ov = overlap_p(theta)
     t_gpu = dispatch_step(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
+    t_over = fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
     present = enc.cnt > 0
@@ -392,12 +405,12 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     gpus = (enc.cnt * G).sum(axis=1)
     big = 1e30
     phi = float(np.clip(g["phi"], 0.0, 1.0))
-    # All-reduce rows: the slowest node's NIC at the achieved fraction, plus a latency per ring step and bucket.
+    # All-reduce rows: the slowest node's NIC at the achieved fraction, plus a latency per bucket and ring step between nodes.
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
     net_min = achieved_gbps(np.where(present, enc.net, big).min(axis=1) * 8.0, g["log_ar_cap"]) / 8.0 * 1e9
     n_b = np.maximum(np.ceil(S_ar / BUCKET_BYTES), 1.0)
     t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min
-                       + n_b * 2.0 * (gpus - 1) * math.exp(g["log_ar_lat"]), 0.0)
+                       + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"]), 0.0)
     t_intra_max = np.where(present, t_intra, 0.0).max(axis=1)
     t_ar = np.maximum(t_intra_max, t_inter)
     t_exposed = np.maximum(t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max), t_ar / n_b)
@@ -433,9 +446,11 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     if not detail:
         return x
     ps_busy = np.where(enc.asyn, X * D, N * D / T_sync)  # fraction of time the servers are busy
+    t_w = np.where(enc.ps == 0, T_ar, np.where(enc.asyn, Z_max + R, T_sync))
+    over = np.where(present, t_over, 0.0).max(axis=1) / t_w
     parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
                  t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
-                 t_w=np.where(enc.asyn, Z_max + R, T_sync))
+                 t_w=np.where(enc.asyn, Z_max + R, T_sync), over_share=np.minimum(over, 1.0))
     return x, parts
 
 
@@ -487,7 +502,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
     p_ov = overlap_p(theta)
-    tc, ti, tn = [], [], []
+    tc, ti, tn, to = [], [], [], []
     grad_ar = grad * ar16_fraction(g["g16"]) if fp16 else grad
     for gr in groups:
         inv_peak = f * math.exp(-gr.log_p) + (1.0 - f) * math.exp(-gr.log_p32)
@@ -496,6 +511,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
         t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
         t_gpu = dispatch_step(t_step0, t_fixed, t_work, p_ov)
+        to.append(fixed_part(t_step0, t_fixed, t_work, p_ov))
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
         G = gr.gpn
         if G > 1:
@@ -512,7 +528,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         line = LINE_EFF * nominal
         net_min = (line if nominal >= RDMA_GBPS else 1.0 / (1.0 / line + math.exp(-g["log_ar_cap"]))) / 8.0 * 1e9
         n_b = max(math.ceil(grad_ar / BUCKET_BYTES), 1)
-        t_inter = (2.0 * (gpus - 1) / gpus * grad_ar / net_min + n_b * 2.0 * (gpus - 1) * math.exp(g["log_ar_lat"])
+        t_inter = (2.0 * (gpus - 1) / gpus * grad_ar / net_min + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"])
                    if N > 1 else 0.0)
         t_ar = max(ti_max, t_inter)
         phi = min(max(g["phi"], 0.0), 1.0)
@@ -520,7 +536,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         T = tc_max + t_sync
         x_total = gpus * b / T
         per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
-        return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T), per
+        return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T,
+                             over_share=min(max(to) / T, 1.0)), per
     k = float(max(ps, 1))
     kb = min(max(g["kappa"], 0.0), 1.0)
     bshare, tshare = ps_share if ps_share is not None else (k ** -kb, 1.0 / k)
@@ -539,12 +556,14 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         tot = sum(shares)
         per = [X * s / tot * gr.gpn * b for gr, s in zip(groups, shares)]
         x_total = sum(per)
-        parts = dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=R, ps_util=X * D, t_w=Z_max + R)
+        parts = dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=R, ps_util=X * D, t_w=Z_max + R,
+                     over_share=min(max(to) / (Z_max + R), 1.0))
         return x_total, parts, per
     T = Z_max + N * D
     x_total = gpus * b / T
     per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
-    return x_total, dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=N * D, ps_util=N * D / T, t_w=T), per
+    return x_total, dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=N * D, ps_util=N * D / T, t_w=T,
+                         over_share=min(max(to) / T, 1.0)), per
 
 
 def bottleneck_of(ps: int, parts: dict) -> str:

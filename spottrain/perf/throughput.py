@@ -476,6 +476,8 @@ class ThroughputModel:
             # no robust estimate), never below STUDY_LOG.
             "study": max(float(np.sqrt(np.mean([v[0] ** 2 for v in self.study_effects_.values()])))
                          if self.study_effects_ else 0.0, STUDY_LOG),
+            "study_over": float(np.sqrt(np.mean([v[1] ** 2 for v in self.study_effects_.values()])))
+            if self.study_effects_ else 0.0,
         }
         # Rows of one study (a user's own table, one shipped table) are the setup the queries come
         # from: their GPUs and models need no between-study term; anything else is another study's.
@@ -619,14 +621,19 @@ class ThroughputModel:
                               self.spread_log_.get("study", STUDY_LOG)))
         return notes
 
-    def _half_width(self, q: _Query, notes: list[tuple[str, float]]) -> float:
+    def _half_width(self, q: _Query, notes: list[tuple[str, float]], over_share: float = 0.0) -> float:
         """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
-        what each reason it is outside the fitted data adds (1.645 standard deviations)."""
+        what each reason it is outside the fitted data adds (1.645 standard deviations).
+
+        ``over_share``: the share of the step that scales with the per-step overhead, which another
+        study's framework and host set (the fitted studies' overheads differ by ~1.5x at one sd)."""
         base = self.regime_log_.get(_regime(q), self.interval_log_) if hasattr(self, "regime_log_") else self.interval_log_
         if not (self.own_gpus_ or self.own_models_):
             # Calibrated on published studies, not on the user's cluster: every query is another
             # study's, and studies disagree by more than their own residuals (leave one study out).
-            notes = [*notes, ("", self.spread_log_.get("study", STUDY_LOG))]
+            level = self.spread_log_.get("study", STUDY_LOG)
+            over = self.spread_log_.get("study_over", 0.0) * over_share
+            notes = [*notes, ("", math.hypot(level, over))]
         extra = math.sqrt(sum(sd * sd for _n, sd in notes))
         return math.sqrt(base * base + (Z90 * extra) ** 2)
 
@@ -666,7 +673,7 @@ class ThroughputModel:
             share = (float(parts["t_sync"][i] / (parts["t_comp"][i] + parts["t_sync"][i]))
                      if q.ps == 0 and parts["t_comp"][i] + parts["t_sync"][i] > 0 else 0.0)
             reasons = self._extrapolation(q, share)
-            half = self._half_width(q, reasons)
+            half = self._half_width(q, reasons, float(parts["over_share"][i]))
             notes = [n for n, _sd in reasons]
             if notes:
                 far.append(f"{q.model} on {q.cluster}: " + "; ".join(notes))
@@ -749,7 +756,7 @@ class ThroughputModel:
                                          ps_share=q.ps_share)
         share = parts["t_sync"] / parts["t_w"] if q.ps == 0 and parts["t_w"] > 0 else 0.0
         reasons = self._extrapolation(q, share)
-        half = self._half_width(q, reasons)
+        half = self._half_width(q, reasons, parts["over_share"])
         notes = [n for n, _sd in reasons]
         return ThroughputPrediction(
             throughput=thr, low=thr * math.exp(-half), high=thr * math.exp(half), iteration_time_s=parts["t_w"],
