@@ -231,3 +231,29 @@ def test_the_between_study_width_grows_with_the_steps_share_of_fixed_overhead():
     base = model.regime_log_["single"]
     expect = math.sqrt(base ** 2 + (1.645 * math.sqrt(sum(sd * sd for _n, sd in reasons) + level ** 2)) ** 2)
     assert model._half_width(small, reasons, 0.0) == pytest.approx(expect, rel=1e-9)
+
+
+def test_the_overhead_share_is_the_steps_elasticity_to_the_overhead():
+    """The share that widens an unknown study's interval is d log(step) / d log(overhead): the step's
+    sensitivity to a study's per-step overhead, through the p-norm with the GPU's work and the smooth
+    max with the input pipeline. Where decoding images on the host sets the pace, the GPU's fixed
+    per-step time hardly matters."""
+    theta = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
+    group = an.GroupInput(count=1, gpn=1, log_p=math.log(989.5), log_p32=math.log(67.0), log_bw=math.log(3350.0),
+                          link_gbs=450.0, net_gbs=25.0, effect=0.0, link_effect=0.0, pcie_gbs=64.0)
+
+    def step(pix: float, t_in: float, over: float = 0.0) -> tuple[float, float]:
+        theta[an.G_INDEX["log_t_in"]] = math.log(t_in)
+        _x, parts, _per = an.predict_one(theta, [group], b=32, flops=24.6e9, grad=4 * 25.6e6, ntens=161, fp16=True,
+                                         ps=0, asyn=False, model_effect=0.0, pix=pix, study_over=over)
+        return parts["t_w"], parts["over_share"]
+
+    shares = []
+    for pix, t_in in ((0.0, 3e-4), (3 * 224 * 224, 3e-4), (3 * 224 * 224, 1.5e-3), (3 * 224 * 224, 5e-3)):
+        t0, share = step(pix, t_in)
+        eps = 1e-5
+        elasticity = (math.log(step(pix, t_in, eps)[0]) - math.log(step(pix, t_in, -eps)[0])) / (2 * eps)
+        assert share == pytest.approx(elasticity, abs=1e-4)
+        shares.append(share)
+    assert shares[0] > 0.1  # batch 32 of ResNet-50 on an H100: much of the step is host time
+    assert shares[-1] < 0.01 * shares[0]  # 5 ms of decoding per image: the input pipeline sets the pace

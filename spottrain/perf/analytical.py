@@ -385,9 +385,11 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_work = work[:, None] * per_flop * np.exp(-(np.reshape(lvl, (-1, 1)) + ie + ge + me[:, None]))
     p_ov = overlap_p(theta)
     t_gpu = dispatch_step(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
-    t_over = fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
+    # the overhead's part of the step, through the smooth max with the input pipeline (d t_comp / d t_gpu)
+    t_over = (fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
+              * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0))
     present = enc.cnt > 0
     S = enc.grad[:, None]
     # All-reduce payload: mixed-precision rows send between 2 (fp16 gradients) and 4 bytes per parameter.
@@ -511,8 +513,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
         t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
         t_gpu = dispatch_step(t_step0, t_fixed, t_work, p_ov)
-        to.append(fixed_part(t_step0, t_fixed, t_work, p_ov))
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
+        to.append(fixed_part(t_step0, t_fixed, t_work, p_ov) * (t_gpu / tc[-1]) ** (SOFTMAX_P - 1.0))
         G = gr.gpn
         if G > 1:
             link = max(gr.link_gbs * math.exp(gr.link_effect) * link_eff, float(host_staged_gbs(gr.pcie_gbs, G)))
