@@ -84,3 +84,51 @@ def test_an_instance_type_is_a_device_but_not_a_gpu_name():
     assert device("p3.2xlarge").name == "V100"
     with pytest.raises(UnknownNameError):
         canonical_gpu("p3.2xlarge")
+
+
+def test_every_board_has_its_power_and_memory_or_says_none():
+    """The registry's board power and memory technology: a vendor figure, or empty where none is published."""
+    for name in known_gpus():
+        spec = gpu_spec(name)
+        assert spec.memory in ("HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR5", "GDDR5X", "GDDR6", "GDDR6X"), name
+        assert spec.tdp_w is None or 50 <= spec.tdp_w <= 1200, name
+    assert gpu_spec("T4").tdp_w == 70 and gpu_spec("A10G").tdp_w is None
+
+
+def test_only_gddr_boards_with_a_published_power_are_power_limited():
+    import math
+
+    # An RTX 6000 Ada feeds 364 dense fp16 TFLOPS from 300 W, a T4 65 from 70 W: both power-limited.
+    assert device("RTX6000-Ada").log_power_density == pytest.approx(math.log(300 / 364.2))
+    assert device("T4").log_power_density == pytest.approx(math.log(70 / 65))
+    # HBM data-centre boards are rated at the clocks their power sustains; A10G has no vendor power figure.
+    for name in ("A100-PCIe", "H100-PCIe", "V100", "B200", "A10G"):
+        assert math.isnan(device(name).log_power_density), name
+
+
+def test_a_power_limited_board_loses_more_on_compute_bound_work():
+    """The fitted power limit scales the compute term only: a GEMM-bound model (BERT-large, long
+    sequences) loses more of its datasheet speed on an RTX 6000 Ada (0.8 W per TFLOPS) than a model
+    that is partly bound by memory traffic, and an RTX 4090 (2.7 W per TFLOPS) loses less than it."""
+    import math
+
+    import numpy as np
+
+    from spottrain.perf import analytical as an
+
+    theta = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
+    assert an.throttle(theta, math.nan) == 0.0
+    assert an.throttle(theta, math.log(10.0)) == 0.0  # above the threshold: no limit
+    ada, geforce = device("RTX6000-Ada").log_power_density, device("RTX4090").log_power_density
+    assert an.throttle(theta, ada) < an.throttle(theta, geforce) <= 0.0
+
+    def speed(log_pd: float, flops: float, grad: float, ntens: int) -> float:
+        g = an.GroupInput(count=1, gpn=1, log_p=math.log(364.2), log_p32=math.log(91.1), log_bw=math.log(960.0),
+                          link_gbs=32.0, net_gbs=3.0, effect=0.0, log_pd=log_pd)
+        return an.predict_one(theta, [g], b=64, flops=flops, grad=grad, ntens=ntens, fp16=True, ps=0, asyn=False,
+                              model_effect=0.0)[0]
+
+    gemm = (1.2e12, 4 * 335e6, 390)  # BERT-large at 384 tokens: wide layers, many FLOPs per byte moved
+    narrow = (3.3e9, 4 * 11e6, 62)  # CIFAR ResNet-18: narrow layers, memory traffic matters
+    loss = [speed(ada, *m) / speed(math.nan, *m) for m in (gemm, narrow)]
+    assert loss[0] < loss[1] < 1.0

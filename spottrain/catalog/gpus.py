@@ -54,6 +54,10 @@ class GpuSpec:
     """Host link bandwidth, GB/s per direction (x16)."""
     nvlink_gbs: float | None
     """Total NVLink bandwidth of one GPU in GB/s, ``None`` without NVLink."""
+    tdp_w: float | None = None
+    """Maximum board power (W; per die for dual-GPU boards), ``None`` where no vendor figure is published."""
+    memory: str = ""
+    """Memory technology: ``HBM2``/``HBM2e``/``HBM3``/``HBM3e`` or ``GDDR5``/``GDDR5X``/``GDDR6``/``GDDR6X``."""
     source: str
     """URL(s) the figures were taken from."""
     note: str = ""
@@ -117,6 +121,8 @@ def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
             pcie_gen=_opt_int(row["pcie_gen"]),
             pcie_gbs=float(row["pcie_gbs"]),
             nvlink_gbs=_opt(row["nvlink_gbs"]),
+            tdp_w=_opt(row["tdp_w"]),
+            memory=row["memory"],
             source=row["source"],
             note=row["note"],
         )

@@ -141,7 +141,9 @@ GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size"
            # Inter-node all-reduce: achieved fraction of the nominal NIC rate, per-step ring latency.
            "log_ar_cap", "log_ar_lat",
            # Overlap of the host's per-step dispatch with the GPU's work.
-           "log_ov")
+           "log_ov",
+           # Power-limited clocks of GDDR boards: the power density below which they throttle, how steeply.
+           "log_pw_d0", "pw_beta")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -193,6 +195,14 @@ PRIOR = {
     # within 3 points, a weak prior around 2 lets the TF1-era rows pull it to a sum (Lambda 21 %,
     # our own H100/H200 rows 38 %, against 16 % and 22 %).
     "log_ov": (math.log(3.0), 0.5),
+    # A GDDR board of power density d (W per dense fp16 tensor TFLOPS) below d0 sustains
+    # (d / d0) ** beta of its compute peak. Dynamic power grows as f V^2 and the voltage with the clock
+    # at the top of the curve (P ~ f^3: beta = 1/3), linearly once the voltage is at its floor
+    # (beta = 1): prior beta 0.5 +- 0.2. d0 between the boards known to hold their boost clock under
+    # dense load (GeForce RTX 3090 / 4090: 4.9 / 2.7) and those known not to (T4 1.1, L4 0.6): 2.5,
+    # x1.5 at one sd. Fitted: d0 ~ 3.7, beta ~ 0.65 (the T4 at 0.44 of its peak, an RTX 6000 Ada at 0.51).
+    "log_pw_d0": (math.log(2.5), 0.4),
+    "pw_beta": (0.5, 0.2),
 }
 BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default gradient bucket (bucket_cap_mb = 25)
 LINE_EFF = 0.9  # fraction of the line rate a bulk transfer reaches when nothing else limits it
@@ -250,6 +260,7 @@ class DeviceTable:
     log_bw: np.ndarray
     link_gbs: np.ndarray
     pcie_gbs: np.ndarray  # host link per direction: the floor of the intra-node path
+    log_pd: np.ndarray  # log power density of a power-limited board (NaN: not power-limited), see throttle
 
 
 def mva(Z: np.ndarray, D: np.ndarray, N: np.ndarray, q: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -345,6 +356,14 @@ def work_time(t_step: float, theta, ntens: float) -> float:
     return max(max(t_step - t0, 0.0) ** p - t_disp ** p, 0.0) ** (1.0 / p)
 
 
+def throttle(theta, log_pd):
+    """Log of the fraction of its compute peak a power-limited board sustains (<= 0; 0 where
+    ``log_pd`` is NaN): ``beta * min(0, log(d / d0))``, d its power density. It scales the compute
+    term only: a step bound by memory traffic draws less power and keeps more of its speed."""
+    x = np.minimum(np.nan_to_num(np.asarray(log_pd, float) - float(theta[G_INDEX["log_pw_d0"]]), nan=0.0), 0.0)
+    return min(max(float(theta[G_INDEX["pw_beta"]]), 0.0), 1.5) * x
+
+
 def ar16_fraction(g16: float) -> float:
     """All-reduce bytes of a mixed-precision row relative to fp32 gradients: in [1/2, 1]."""
     return 0.5 + 0.5 / (1.0 + math.exp(-min(max(float(g16), -30.0), 30.0)))
@@ -376,7 +395,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     x = np.clip(g["c0"] + g["w_size"] * (np.log(work) - SIZE_REF), -30.0, 30.0)
     eff = (1.0 / (1.0 + np.exp(-x)))[:, None]
     log_ai = g["log_ai"] + g["w_ai"] * width + np.where(enc.fp16, math.log(2.0), 0.0)
-    c_flop = inv_peak / (1e12 * eff)
+    c_flop = inv_peak / (1e12 * eff) * np.exp(-throttle(theta, devs.log_pd[d]))
     m_flop = 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
     t_step0 = math.exp(g["log_tau"]) * np.exp(study_over)  # synchronous per-step host work
@@ -482,6 +501,7 @@ class GroupInput:
     effect: float  # e_g + e_gm
     link_effect: float = 0.0  # e_l: fitted log efficiency of this GPU type's intra-node interconnect
     pcie_gbs: float = 0.0  # host link per direction (sets the floor of the intra-node path: host_staged_gbs)
+    log_pd: float = math.nan  # log power density of a power-limited board (NaN: not power-limited), see throttle
 
 
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
@@ -504,11 +524,14 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
     p_ov = overlap_p(theta)
+    pw_d0, pw_beta = g["log_pw_d0"], min(max(g["pw_beta"], 0.0), 1.5)
     tc, ti, tn, to = [], [], [], []
     grad_ar = grad * ar16_fraction(g["g16"]) if fp16 else grad
     for gr in groups:
         inv_peak = f * math.exp(-gr.log_p) + (1.0 - f) * math.exp(-gr.log_p32)
         c_flop = inv_peak / (1e12 * eff)
+        if gr.log_pd == gr.log_pd and gr.log_pd < pw_d0:  # a power-limited board below its threshold
+            c_flop *= math.exp(-pw_beta * (gr.log_pd - pw_d0))
         m_flop = 1.0 / (ai * math.exp(gr.log_bw) * 1e9)
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
         t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))

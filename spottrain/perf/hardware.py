@@ -11,6 +11,7 @@ Per-node network bandwidth defaults to what a typical single-GPU instance of tha
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from spottrain.catalog import gpu_spec, load_catalog, network_gbps_for_gpu
@@ -33,14 +34,12 @@ _MULTI_GPU_NETWORK_GBPS = {"V100": 25.0, "V100-32GB": 100.0, "A100": 400.0, "A10
 # (S. Gray, "maxas: SGEMM", https://github.com/NervanaSystems/maxas/wiki/SGEMM; NVIDIA Kepler
 # tuning guide), and K80 boards seldom hold their 875 MHz boost clock under load.
 _ARCH_SUSTAINED = {"Kepler": 0.7}
-# Boards of 70-75 W (T4 70 W, L4 72 W, P4 75 W per their datasheets) cannot hold the boost clock
-# their peak figures assume once dense kernels keep every unit busy: the power cap pulls the clock
-# down by about a third. 0.6 is what the shipped T4 rows (Pollux: four PyTorch models on g4dn)
-# support; with the factor, leave one study out errs 14.4 % on CM-DARE (16.5 % without), 11.4 %
-# on transient-dl (13.0 %) and 30.7 % on Lambda (31.0 %); 0.7 gives 16.1 / 11.5 / 34.1 %
-# (bench/prediction_accuracy.py). A user's rows of such a GPU refit its effect on top.
-LOW_POWER_SUSTAINED = 0.6
-_LOW_POWER_BOARDS = frozenset({"T4", "T4g", "L4", "P4"})
+# Which boards' clocks their power limit holds down: GDDR boards (workstation, inference and
+# GeForce cards) boost opportunistically and their memory draws a large, fixed part of the board
+# power; HBM data-centre boards are rated at the clocks their power sustains (an A100 PCIe at 250 W
+# trains as fast as the 400 W SXM board in the shipped rows). How far a GDDR board falls below its
+# datasheet is a function of its power density (see analytical.throttle).
+_POWER_LIMITED_MEMORY = ("GDDR",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,9 +54,11 @@ class Device:
     pcie_gbs: float
     nvlink_gbs: float | None
     network_gbps: float
+    """Default per-node network bandwidth (Gbit/s) of a typical instance with this GPU."""
     sustained: float = 1.0
     """Fraction of the datasheet peak that dense kernels sustain on this architecture."""
-    """Default per-node network bandwidth (Gbit/s) of a typical instance with this GPU."""
+    log_power_density: float = math.nan
+    """log(board power W / fast-path peak TFLOPS) of a power-limited (GDDR) board; NaN for the others."""
 
     def tensor_tflops(self, precision: str) -> float:
         """Peak of the fast path used at ``precision`` (fp16 tensor cores, TF32 for fp32 where it exists)."""
@@ -94,8 +95,19 @@ def device(name: str) -> Device:
     return Device(name=spec.name, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops, tf32_tflops=spec.tf32_tflops,
                   memory_bandwidth_gbs=spec.memory_bandwidth_gbs, pcie_gbs=spec.pcie_gbs, nvlink_gbs=spec.nvlink_gbs,
                   network_gbps=_catalog_network(spec.name) or _DEFAULT_NETWORK_GBPS.get(spec.name, _FALLBACK_NETWORK_GBPS),
-                  sustained=_ARCH_SUSTAINED.get(spec.architecture, 1.0)
-                  * (LOW_POWER_SUSTAINED if spec.name in _LOW_POWER_BOARDS else 1.0))
+                  sustained=_ARCH_SUSTAINED.get(spec.architecture, 1.0),
+                  log_power_density=_log_power_density(spec))
+
+
+def _log_power_density(spec) -> float:
+    """log(W per dense fp16 tensor TFLOPS) of a GDDR board with a published board power, else NaN.
+
+    The tensor path's peak measures what the board's power must feed at full load: an RTX 6000 Ada
+    (300 W, 364 TFLOPS) has 0.8 W per TFLOPS, an RTX 4090 (450 W, 165: GeForce halves FP16 with FP32
+    accumulate) 2.7, a T4 (70 W, 65) 1.1."""
+    if spec.tdp_w is None or not spec.memory.startswith(_POWER_LIMITED_MEMORY):
+        return math.nan
+    return math.log(spec.tdp_w / max(spec.fp16_tflops, spec.fp32_tflops))
 
 
 def _catalog_network(gpu: str) -> float | None:

@@ -281,6 +281,7 @@ def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
         log_bw=np.log([d.memory_bandwidth_gbs for d in ds]),
         link_gbs=np.array([(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs for d in ds]),
         pcie_gbs=np.array([d.pcie_gbs for d in ds], float),
+        log_pd=np.array([d.log_power_density for d in ds], float),
     )
 
 
@@ -747,7 +748,7 @@ class ThroughputModel:
                 link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
                 net_gbs=(q.network_gbps or node_network_gbps(g.gpu, gpn)) / 8.0,
                 effect=self._gpu_effect(name, q.precision) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
-                link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs))
+                link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs, log_pd=d.log_power_density))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                                          ntens=q.n_tensors, fp16=fp16, ps=q.ps, asyn=q.sync == "async",
                                          model_effect=self.model_effects_.get(q.model, 0.0)
