@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 
 
-NEEDS_GPU = ("gpu_speeds.py",)
+NEEDS_GPU = ("gpu_speeds.py", "gpu_power.py")
 """Scripts that run on a CUDA machine only (their output is data, kept in bench/data/, not a page)."""
 
 
