@@ -62,6 +62,16 @@ def test_one_line_errors(args, msg):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_a_too_short_deadline_suggests_on_demand_only_when_it_is_not_allowed():
+    base = ["--model", "resnet50", "--samples", "115M", "--deadline", "3h", "--max-nodes", "1", "--gpus", "V100",
+            "--regions", "us-west-2", "--clouds", "aws", "--no-refine", "--no-baselines"]
+    allowed, spot_only = run(*base), run(*base, "--spot-only")
+    for r in (allowed, spot_only):
+        assert r.returncode == 2 and "shorter than the fastest plan" in r.stderr and "Traceback" not in r.stderr
+    assert "allow on-demand" not in allowed.stderr and "raise --max-nodes" in allowed.stderr
+    assert "allow on-demand" in spot_only.stderr
+
+
 def test_profile_from_another_schema_version(tmp_path):
     p = tmp_path / "p.json"
     p.write_text(json.dumps({"kind": "spottrain.profile", "schema_version": 99, "model": "x"}))

@@ -233,9 +233,11 @@ def infeasible_message(ctx: Context, mask: np.ndarray) -> str:
         if f is None:
             return "no candidate cluster can finish the job at all under the constraints (revocations too frequent)"
         if f.time_q_s > lim.deadline_s:
+            od_offered = any(not ctx.cands[int(i)].spot for i in np.unique(ctx.cols.cand[mask]))
             return (f"deadline {format_duration(lim.deadline_s)} is shorter than the fastest plan: "
                     f"{format_duration(f.time_q_s)} at {lim.confidence:.0%} confidence on {describe(ctx, f)}; "
-                    "relax --deadline, lower --confidence, raise --max-nodes or allow on-demand")
+                    "relax --deadline, lower --confidence"
+                    + (" or raise --max-nodes" if od_offered else ", raise --max-nodes or allow on-demand"))
     if lim.budget_usd is not None:
         c = cheapest(ctx, mask)
         if c is not None:
