@@ -8,7 +8,8 @@ parameters in n_t tensors), a two-term roofline::
                                                              (f_tf32) -- the rest on the FP32 CUDA cores
     e      = logistic(c0 + w_size * (log(b F) - 26))         achieved fraction of peak; bigger steps keep the GPU busier
     AI     = ai0 * (P / n_t / 2e4) ** w_ai  (x2 at fp16)     FLOPs per byte of activation traffic: grows with layer width
-    t_work = b F || 1 / (P_eff e), 1 / (AI BW) ||_2 * exp(-(level + e_g + e_m + e_gm))
+    s      = min(1, d / d0) ** beta  (GDDR boards only)       power limit: d = board W per dense fp16 TFLOPS (throttle)
+    t_work = b F || 1 / (P_eff e s), 1 / (AI BW) ||_2 * exp(-(level + e_g + e_m + e_gm))
     t_comp = tau + || tau_t * n_t, t_work ||_p,  p = 1 + exp(ov)   per-step + per-tensor (dispatch) overhead
     t_step = smoothmax(t_comp, b t_in pix / pix_224)              host input pipeline runs beside the GPU
 
