@@ -38,10 +38,12 @@ _ARCH_SUSTAINED = {"Kepler": 0.7}
 # (workstation, inference and GeForce cards) boost opportunistically and their memory draws a
 # large, fixed part of the board power. HBM data-centre boards hit their power limit too under a
 # pure matrix-product load (our H100 and H200 at 700 W: fp16 GEMMs at 1.30-1.43 GHz of 1.98, 65-66 %
-# of the datasheet's 989 TFLOPS; bench/data/gpu_power_*.csv), but their training rows do not follow
-# the GDDR boards' rule (an A100 PCIe at 250 W trains as fast as the 400 W SXM board in Lambda's
-# rows; the rule applied to them takes Lambda held out from 14 % to 30 %): their shortfall stays in
-# the fitted per-GPU and per-architecture effects.
+# of the datasheet's 989 TFLOPS; bench/data/gpu_power_*.csv), but training steps stay below it: on
+# the H100, BERT-base, GPT-2 small, ResNet-50 and VGG-16 in fp16 train at the full 1.98 GHz drawing
+# 49-91 % of the 700 W (gpu_power_train_h100.csv). Their training rows do not follow the GDDR boards'
+# rule either (an A100 PCIe at 250 W trains as fast as the 400 W SXM board in Lambda's rows; the
+# rule applied to them takes Lambda held out from 14 % to 30 %): their shortfall stays in the
+# fitted per-GPU and per-architecture effects.
 _POWER_LIMITED_MEMORY = ("GDDR",)
 
 
