@@ -224,7 +224,7 @@ def summary(records) -> list[str]:
 
 MOVED = [
     "## Against the previous page", "",
-    "Only the throughput model changed since the previous page (commits 60bac95 to the power-limit commit); "
+    "Only the throughput model changed since the previous page (commits 60bac95 to 7a457ac); "
     "the planner and the simulator did not. (1) An all-reduce across nodes pays the network's latency on the "
     "ring's 2 (N-1) steps between nodes, not on all 2 (n-1) steps between GPUs (NCCL's own cost model; "
     "Pollux's NCF syncs as fast over 8 nodes of 4 GPUs as over 8 nodes of 1). Clusters of 8-GPU nodes are "
