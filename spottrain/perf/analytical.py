@@ -357,12 +357,17 @@ def work_time(t_step: float, theta, ntens: float) -> float:
     return max(max(t_step - t0, 0.0) ** p - t_disp ** p, 0.0) ** (1.0 / p)
 
 
+def power_limit(theta) -> tuple[float, float]:
+    """(log d0, beta) of :func:`throttle`, beta held in [0, 1.5]."""
+    return float(theta[G_INDEX["log_pw_d0"]]), min(max(float(theta[G_INDEX["pw_beta"]]), 0.0), 1.5)
+
+
 def throttle(theta, log_pd):
     """Log of the fraction of its compute peak a power-limited board sustains (<= 0; 0 where
     ``log_pd`` is NaN): ``beta * min(0, log(d / d0))``, d its power density. It scales the compute
     term only: a step bound by memory traffic draws less power and keeps more of its speed."""
-    x = np.minimum(np.nan_to_num(np.asarray(log_pd, float) - float(theta[G_INDEX["log_pw_d0"]]), nan=0.0), 0.0)
-    return min(max(float(theta[G_INDEX["pw_beta"]]), 0.0), 1.5) * x
+    log_d0, beta = power_limit(theta)
+    return beta * np.minimum(np.nan_to_num(np.asarray(log_pd, float) - log_d0, nan=0.0), 0.0)
 
 
 def ar16_fraction(g16: float) -> float:
@@ -407,9 +412,6 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_gpu = dispatch_step(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
-    # the overhead's part of the step, through the smooth max with the input pipeline (d t_comp / d t_gpu)
-    t_over = (fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
-              * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0))
     present = enc.cnt > 0
     S = enc.grad[:, None]
     # All-reduce payload: mixed-precision rows send between 2 (fp16 gradients) and 4 bytes per parameter.
@@ -468,11 +470,14 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     if not detail:
         return x
     ps_busy = np.where(enc.asyn, X * D, N * D / T_sync)  # fraction of time the servers are busy
-    t_w = np.where(enc.ps == 0, T_ar, np.where(enc.asyn, Z_max + R, T_sync))
+    t_w = np.where(enc.ps == 0, T_ar, np.where(enc.asyn, Z_max + R, T_sync))  # one step (update cycle)
+    # the overhead's part of the step, through the smooth max with the input pipeline (d t_comp / d t_gpu)
+    t_over = (fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
+              * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0))
     over = np.where(present, t_over, 0.0).max(axis=1) / t_w
     parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
                  t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
-                 t_w=np.where(enc.asyn, Z_max + R, T_sync), over_share=np.minimum(over, 1.0))
+                 t_w=t_w, over_share=np.minimum(over, 1.0))
     return x, parts
 
 
@@ -525,7 +530,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
     p_ov = overlap_p(theta)
-    pw_d0, pw_beta = g["log_pw_d0"], min(max(g["pw_beta"], 0.0), 1.5)
+    pw_d0, pw_beta = power_limit(theta)
     tc, ti, tn, to = [], [], [], []
     grad_ar = grad * ar16_fraction(g["g16"]) if fp16 else grad
     for gr in groups:
