@@ -19,6 +19,7 @@ training steps sit below the power limit. Not part of `bench/run_all.py` (no GPU
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import statistics
 import subprocess
@@ -38,6 +39,30 @@ def sample(stop: threading.Event, out: list[dict[str, str]]) -> None:
         stop.wait(0.25)
 
 
+@contextlib.contextmanager
+def sampling():
+    """The board's samples, taken every 0.25 s while the block runs."""
+    samples: list[dict[str, str]] = []
+    stop = threading.Event()
+    th = threading.Thread(target=sample, args=(stop, samples), daemon=True)
+    th.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        th.join()
+
+
+def board(samples: list[dict[str, str]], skip: int) -> dict[str, float | str]:
+    """Mean clock, power and temperature of the samples after the first 1/``skip`` (settling)."""
+    busy = samples[len(samples) // skip:] or samples
+    f = lambda key: statistics.mean(float(s[key]) for s in busy)  # noqa: E731
+    return {"sm_clock_mhz": round(f("clocks.sm")), "max_sm_clock_mhz": round(f("clocks.max.sm")),
+            "clock_fraction": round(f("clocks.sm") / f("clocks.max.sm"), 3), "power_w": round(f("power.draw")),
+            "power_limit_w": round(f("power.limit")), "power_fraction": round(f("power.draw") / f("power.limit"), 3),
+            "temperature_c": round(f("temperature.gpu")), "samples": len(busy)}
+
+
 def run_path(torch, path: str, n: int, seconds: float) -> dict[str, float | str]:
     dtype = torch.float16 if path == "fp16" else torch.float32
     torch.backends.cuda.matmul.allow_tf32 = path == "tf32"
@@ -46,29 +71,18 @@ def run_path(torch, path: str, n: int, seconds: float) -> dict[str, float | str]
     for _ in range(3):  # warm-up: kernel choice, clocks ramp
         a @ b
     torch.cuda.synchronize()
-    samples: list[dict[str, str]] = []
-    stop = threading.Event()
-    th = threading.Thread(target=sample, args=(stop, samples), daemon=True)
-    t0 = time.perf_counter()
-    th.start()
-    iters = 0
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(10):
-            c = a @ b
-        torch.cuda.synchronize()
-        iters += 10
-    dt = time.perf_counter() - t0
-    stop.set()
-    th.join()
-    del c
+    with sampling() as samples:
+        t0 = time.perf_counter()
+        iters = 0
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(10):
+                a @ b
+            torch.cuda.synchronize()
+            iters += 10
+        dt = time.perf_counter() - t0
     flops = 2.0 * n ** 3 * iters / dt
-    busy = samples[len(samples) // 5:] or samples  # skip the first fifth: clocks settle
-    f = lambda key: statistics.mean(float(s[key]) for s in busy)  # noqa: E731
     return {"gpu": samples[0]["name"] if samples else "?", "path": path, "n": n, "seconds": round(dt, 1),
-            "tflops": round(flops / 1e12, 1), "sm_clock_mhz": round(f("clocks.sm")), "max_sm_clock_mhz": round(f("clocks.max.sm")),
-            "clock_fraction": round(f("clocks.sm") / f("clocks.max.sm"), 3), "power_w": round(f("power.draw")),
-            "power_limit_w": round(f("power.limit")), "power_fraction": round(f("power.draw") / f("power.limit"), 3),
-            "temperature_c": round(f("temperature.gpu")), "samples": len(busy)}
+            "tflops": round(flops / 1e12, 1), **board(samples, skip=5)}  # skip the first fifth: clocks settle
 
 
 def run_training(spec: str, steps: int) -> dict[str, float | str]:
@@ -76,22 +90,12 @@ def run_training(spec: str, steps: int) -> dict[str, float | str]:
     import gpu_speeds
 
     model_name, precision, batch = spec.split(":")
-    samples: list[dict[str, str]] = []
-    stop = threading.Event()
-    th = threading.Thread(target=sample, args=(stop, samples), daemon=True)
-    th.start()
-    times, _opt = gpu_speeds.time_one(gpu_speeds._zoo(), model_name, precision, int(batch), warmup=10, steps=steps)
-    stop.set()
-    th.join()
-    busy = samples[len(samples) // 3:] or samples  # skip the build and warm-up
-    f = lambda key: statistics.mean(float(s[key]) for s in busy)  # noqa: E731
+    with sampling() as samples:
+        times, _opt = gpu_speeds.time_one(gpu_speeds._zoo(), model_name, precision, int(batch), warmup=10, steps=steps)
     step = statistics.median(times)
     return {"gpu": samples[0]["name"] if samples else "?", "path": f"train {model_name} {precision} b{batch}",
             "n": int(batch), "seconds": round(sum(times), 1), "samples_per_s": round(int(batch) / step, 1),
-            "sm_clock_mhz": round(f("clocks.sm")), "max_sm_clock_mhz": round(f("clocks.max.sm")),
-            "clock_fraction": round(f("clocks.sm") / f("clocks.max.sm"), 3), "power_w": round(f("power.draw")),
-            "power_limit_w": round(f("power.limit")), "power_fraction": round(f("power.draw") / f("power.limit"), 3),
-            "temperature_c": round(f("temperature.gpu")), "samples": len(busy)}
+            **board(samples, skip=3)}  # skip the build and warm-up
 
 
 def main() -> int:
