@@ -250,7 +250,7 @@ def test_the_overhead_share_is_the_steps_elasticity_to_the_overhead():
 
     shares = []
     for pix, t_in in ((0.0, 3e-4), (3 * 224 * 224, 3e-4), (3 * 224 * 224, 1.5e-3), (3 * 224 * 224, 5e-3)):
-        t0, share = step(pix, t_in)
+        _t, share = step(pix, t_in)
         eps = 1e-5
         elasticity = (math.log(step(pix, t_in, eps)[0]) - math.log(step(pix, t_in, -eps)[0])) / (2 * eps)
         assert share == pytest.approx(elasticity, abs=1e-4)
