@@ -129,3 +129,26 @@ def test_rows_of_one_node_keep_the_priors_width_for_queries_across_nodes():
     across = [m for m in pollux if m.cluster.nodes > 1 and m.batch_size == 182][:5]
     for p in user.predict(across, warn=False):
         assert math.log(p.high / p.throughput) >= prior.regime_log_["inter"] - 1e-9
+
+
+def test_a_slow_machine_in_the_users_table_mostly_stays_with_its_gpu():
+    """A user's table is one more study: its overall level has the between-study prior, so rows of
+    one GPU running slower than the calibration move that GPU's predictions to them and carry only
+    part of the slowdown to a GPU the table never measured (a level left free carried all of it:
+    our H200 machine's rows then predicted the H100 machine's worse than the calibration alone)."""
+    import dataclasses
+
+    from spottrain.types import ClusterSpec
+
+    prior = default_model()
+    h200 = [m for m in load_shipped(("hopper_zoo",)) if str(m.cluster) == "1xH200"]
+    # synthetic: the shipped H200 configurations on a machine 1/0.6 times slower than the calibration
+    slow = [dataclasses.replace(m, throughput=p.throughput * 0.6, step_time_s=None)
+            for m, p in zip(h200, prior.predict(h200, warn=False))]
+    user = ThroughputModel(prior=prior, folds=0, correction="none").fit(slow)
+    own = np.array([p.throughput / m.throughput for p, m in zip(user.predict(slow, warn=False), slow)])
+    assert np.all(np.abs(own - 1.0) < 0.03)
+    h100 = [dataclasses.replace(m, cluster=ClusterSpec.parse("1xH100")) for m in h200]
+    carried = np.median([u.throughput / p.throughput
+                         for u, p in zip(user.predict(h100, warn=False), prior.predict(h100, warn=False))])
+    assert 0.64 < carried < 0.9  # some of it is the user's framework and models, not all of it
