@@ -257,3 +257,47 @@ def test_the_overhead_share_is_the_steps_elasticity_to_the_overhead():
         shares.append(share)
     assert shares[0] > 0.1  # batch 32 of ResNet-50 on an H100: much of the step is host time
     assert shares[-1] < 0.01 * shares[0]  # 5 ms of decoding per image: the input pipeline sets the pace
+
+
+def test_the_network_share_is_the_steps_elasticity_to_the_achieved_rate():
+    """With no all-reduce across nodes in the fit, a multi-node query's interval adds the network
+    rate's prior spread times d log(step) / d log(TCP cap): the bandwidth part of the all-reduce, as
+    much of it as the backward pass does not hide, as much as the cap (not the NIC) limits the rate.
+    Not the exposed sync share: a latency-bound sync does not move with the rate, an all-reduce
+    mostly hidden behind the backward pass moves the step by (1 - phi) of itself."""
+    theta = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
+
+    def step(net_gbps: float, grad: float, b: int, nodes: int, d: float = 0.0) -> tuple[float, float]:
+        th = theta.copy()
+        th[an.G_INDEX["log_ar_cap"]] += d
+        group = an.GroupInput(count=nodes, gpn=4, log_p=math.log(65.0), log_p32=math.log(8.1),
+                              log_bw=math.log(320.0), link_gbs=16.0, net_gbs=net_gbps / 8.0, effect=0.0,
+                              link_effect=0.0, pcie_gbs=16.0)
+        _x, parts, _per = an.predict_one(th, [group], b=b, flops=24.6e9, grad=grad, ntens=161, fp16=False,
+                                         ps=0, asyn=False, model_effect=0.0)
+        return parts["t_w"], parts["cap_share"]
+
+    shares = {}
+    for case in ((50.0, 440e6, 8, 2), (50.0, 100e6, 200, 8), (50.0, 6.4e6, 32, 8), (50.0, 100e6, 4, 16),
+                 (400.0, 440e6, 8, 2)):
+        _t, share = step(*case)
+        eps = 1e-5
+        elasticity = (math.log(step(*case, d=eps)[0]) - math.log(step(*case, d=-eps)[0])) / (2 * eps)
+        assert share == pytest.approx(-elasticity, abs=1e-4), case  # a faster network, a shorter step
+        shares[case] = share
+    assert shares[(400.0, 440e6, 8, 2)] == 0.0  # RDMA: the line rate, no TCP cap
+    assert shares[(50.0, 440e6, 8, 2)] > 0.3  # BERT-sized gradients over two nodes: the network's step
+
+
+def test_the_network_share_of_both_paths_agrees(pollux):
+    """The vectorised and the scalar path give a multi-node query the same interval when the fit has
+    no row across nodes (the network rate's prior is then part of it)."""
+    from spottrain.perf.throughput import _Query
+
+    one_node = ThroughputModel(folds=0, correction="none").fit([m for m in pollux if m.cluster.nodes == 1])
+    assert one_node.ar_nodes_ <= 1
+    for m in [m for m in pollux if m.cluster.nodes > 1][::97]:
+        q = _Query.of(m)
+        fast, vec = one_node.predict_one(q), one_node.predict([q], warn=False)[0]
+        assert fast.low == pytest.approx(vec.low, rel=1e-9) and fast.high == pytest.approx(vec.high, rel=1e-9)
+        assert any("no all-reduce across nodes" in n for n in fast.notes)

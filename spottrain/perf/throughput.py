@@ -593,8 +593,11 @@ class ThroughputModel:
         if not hasattr(self, "theta_"):
             raise NotFittedError("ThroughputModel.predict called before fit()")
 
-    def _extrapolation(self, q: _Query, sync_share: float = 0.0) -> list[tuple[str, float]]:
-        """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds)."""
+    def _extrapolation(self, q: _Query, cap_share: float = 0.0) -> list[tuple[str, float]]:
+        """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds).
+
+        ``cap_share``: d log(step) / d log(achieved inter-node rate), the analytical model's
+        ``cap_share`` part (0 for one node, RDMA, or an all-reduce the backward pass hides)."""
         notes: list[tuple[str, float]] = []
         sp = self.spread_log_
         for g, name, gpn in _resolve_groups(q.cluster):
@@ -619,7 +622,7 @@ class ThroughputModel:
             notes.append((f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}", NODES_LOG))
         if q.ps == 0 and q.cluster.nodes > 1 and self.ar_nodes_ <= 1:
             notes.append(("no all-reduce across nodes in the fitted data (achieved network rate from its prior)",
-                          an.PRIOR["log_ar_cap"][1] * sync_share))
+                          an.PRIOR["log_ar_cap"][1] * cap_share))
         if self.own_gpus_ or self.own_models_:
             missing = [n for _g, n, _k in _resolve_groups(q.cluster) if n not in self.own_gpus_]
             if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
@@ -679,9 +682,7 @@ class ThroughputModel:
         out = []
         far = []
         for i, q in enumerate(qs):
-            share = (float(parts["t_sync"][i] / (parts["t_comp"][i] + parts["t_sync"][i]))
-                     if q.ps == 0 and parts["t_comp"][i] + parts["t_sync"][i] > 0 else 0.0)
-            reasons = self._extrapolation(q, share)
+            reasons = self._extrapolation(q, float(parts["cap_share"][i]))
             half = self._half_width(q, reasons, float(parts["over_share"][i]))
             notes = [n for n, _sd in reasons]
             if notes:
@@ -763,8 +764,7 @@ class ThroughputModel:
                                          + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
                                          pix=q.pixels,
                                          ps_share=q.ps_share)
-        share = parts["t_sync"] / parts["t_w"] if q.ps == 0 and parts["t_w"] > 0 else 0.0
-        reasons = self._extrapolation(q, share)
+        reasons = self._extrapolation(q, parts.get("cap_share", 0.0))
         half = self._half_width(q, reasons, parts["over_share"])
         notes = [n for n, _sd in reasons]
         return ThroughputPrediction(
