@@ -162,7 +162,7 @@ def refit_spread(train, test, refits: int, drop: float = 0.1) -> str:
     for seed in range(refits):
         keep = np.random.default_rng(seed).random(len(train)) >= drop
         model = fit([m for m, k in zip(train, keep) if k])
-        got.append(score(np.array([p.throughput for p in model.predict(test, warn=False)]), y))
+        got.append(score(predict(model, test), y))
     return f"; {refits} refits without a random {drop:.0%} of the training rows: {min(got):.1f}-{max(got):.1f}"
 
 

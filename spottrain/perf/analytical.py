@@ -216,13 +216,6 @@ def _exposed_slope(t_ar, t_comp, n_b, phi):
     return np.where(overlapped, np.where(t_ar < (2.0 / 3.0) * t_comp, 1.0 - phi, 1.0), 1.0 / n_b)
 
 
-def _rate_elasticity(nominal_gbps, log_cap: float):
-    """d log(achieved rate) / d log(TCP cap) of :func:`achieved_gbps` (0 over RDMA)."""
-    line = LINE_EFF * np.asarray(nominal_gbps, float)
-    tcp = 1.0 / (1.0 / line + 1.0 / math.exp(log_cap))
-    return np.where(np.asarray(nominal_gbps) >= RDMA_GBPS, 0.0, tcp / math.exp(log_cap))
-
-
 def achieved_gbps(nominal_gbps, log_cap: float):
     """Per-node rate (Gbit/s) an inter-node all-reduce achieves on a NIC sold at ``nominal_gbps``."""
     line = LINE_EFF * np.asarray(nominal_gbps, float)
@@ -444,7 +437,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     phi = float(np.clip(g["phi"], 0.0, 1.0))
     # All-reduce rows: the slowest node's NIC at the achieved fraction, plus a latency per bucket and ring step between nodes.
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
-    net_min = achieved_gbps(np.where(present, enc.net, big).min(axis=1) * 8.0, g["log_ar_cap"]) / 8.0 * 1e9
+    nominal = np.where(present, enc.net, big).min(axis=1) * 8.0  # the slowest node's NIC, Gbit/s
+    net_min = achieved_gbps(nominal, g["log_ar_cap"]) / 8.0 * 1e9
     n_b = np.maximum(np.ceil(S_ar / BUCKET_BYTES), 1.0)
     t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min
                        + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"]), 0.0)
@@ -488,11 +482,12 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_over = (fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
               * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0))
     over = np.where(present, t_over, 0.0).max(axis=1) / t_w
-    nominal = np.where(present, enc.net, big).min(axis=1) * 8.0
-    cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max),
+    # d log T / d log(TCP cap): the rate is the harmonic sum of the line rate and the cap, so
+    # d log(rate) / d log(cap) = rate / cap and the bandwidth term k S / rate moves by k S / cap.
+    cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max) & (nominal < RDMA_GBPS),
                          _exposed_slope(t_ar, tc_max, n_b, phi)
-                         * (2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min)
-                         * _rate_elasticity(nominal, g["log_ar_cap"]) / T_ar, 0.0)
+                         * 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T_ar,
+                         0.0)
     parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
                  t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
                  t_w=t_w, over_share=np.minimum(over, 1.0), cap_share=cap_share)
@@ -589,8 +584,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         if N > 1 and t_inter >= ti_max and nominal < RDMA_GBPS:
             overlapped = t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max) >= t_ar / n_b
             slope = (1.0 - phi if t_ar < (2.0 / 3.0) * tc_max else 1.0) if overlapped else 1.0 / n_b
-            cap = math.exp(g["log_ar_cap"])
-            cap_share = slope * 2.0 * (gpus - 1) / gpus * grad_ar / net_min / (cap * (1.0 / line + 1.0 / cap)) / T
+            cap_share = slope * 2.0 * (gpus - 1) / gpus * grad_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T,
                              over_share=min(max(to) / T, 1.0), cap_share=cap_share), per
     k = float(max(ps, 1))
