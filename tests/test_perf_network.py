@@ -301,3 +301,32 @@ def test_the_network_share_of_both_paths_agrees(pollux):
         fast, vec = one_node.predict_one(q), one_node.predict([q], warn=False)[0]
         assert fast.low == pytest.approx(vec.low, rel=1e-9) and fast.high == pytest.approx(vec.high, rel=1e-9)
         assert any("no all-reduce across nodes" in n for n in fast.notes)
+
+
+def test_one_node_and_several_nodes_overlap_the_backward_pass_by_their_own_fractions():
+    """Inside a node NCCL's kernels reduce at the link's rate and take SMs from the backward pass;
+    across nodes they mostly wait on the network. One node's all-reduce hides by phi_intra, several
+    nodes' by phi, and neither moves the other's step."""
+    from spottrain.perf.throughput import default_model
+
+    theta = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
+
+    def sync(nodes: int, phi: float, phi_intra: float) -> tuple[float, float]:
+        th = theta.copy()
+        th[an.G_INDEX["phi"]], th[an.G_INDEX["phi_intra"]] = phi, phi_intra
+        group = an.GroupInput(count=nodes, gpn=4, log_p=math.log(65.0), log_p32=math.log(8.1),
+                              log_bw=math.log(320.0), link_gbs=16.0, net_gbs=50.0 / 8.0, effect=0.0,
+                              link_effect=0.0, pcie_gbs=16.0)
+        _x, parts, _per = an.predict_one(th, [group], b=64, flops=24.6e9, grad=100e6, ntens=161, fp16=False,
+                                         ps=0, asyn=False, model_effect=0.0)
+        return parts["t_sync"], max(parts["t_intra"], parts["t_inter"])
+
+    exposed, t_ar = sync(1, phi=1.0, phi_intra=0.0)
+    assert exposed == pytest.approx(t_ar)  # one node, no overlap: the whole all-reduce waits
+    assert sync(1, phi=0.0, phi_intra=0.0) == sync(1, phi=1.0, phi_intra=0.0)
+    assert sync(1, phi=0.0, phi_intra=1.0)[0] < 0.5 * t_ar
+    assert sync(2, phi=0.5, phi_intra=0.0) == sync(2, phi=0.5, phi_intra=1.0)
+    assert sync(2, phi=1.0, phi_intra=0.0)[0] < sync(2, phi=0.0, phi_intra=1.0)[0]
+    # The shipped calibration: Lambda's one-node rows hide less than Pollux's multi-node ones.
+    fitted = default_model().theta_
+    assert 0.0 <= fitted[an.G_INDEX["phi_intra"]] < fitted[an.G_INDEX["phi"]] <= 1.0

@@ -88,6 +88,14 @@ fitted global g16 saying where between the two the measured frameworks sit.
       exposed = max(t_comm - phi min(t_comm, 2/3 T_comp), t_comm / n_b)
       T       = T_comp + exposed
 
+  phi is one node's (``phi_intra``) or several nodes' (``phi``): inside a node NCCL's kernels move
+  and reduce the bytes over NVLink or PCIe at the link's rate and take SMs from the backward pass
+  while they run; across nodes the same kernels mostly wait on the network (CPU proxy threads
+  drive the sockets), and the backward pass keeps its SMs. Lambda's one-node rows fit phi_intra
+  ~0.4, Pollux's multi-node ones phi 0.75; one phi for both let Lambda's rows set no overlap at
+  all across nodes wherever Pollux's were not fitted (Pollux held out: 19.1 % with one, 17.4 %
+  with two).
+
   ``exposed`` is what PyTorch DDP / AdaptDL time as the step's sync time; measured sync times
   (``sync_time_s``) are fitted directly. Every step waits for the slowest node.
 * parameter servers: every update visits the servers, which spend ``D`` seconds on it::
@@ -144,7 +152,9 @@ GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size"
            # Overlap of the host's per-step dispatch with the GPU's work.
            "log_ov",
            # Power-limited clocks of GDDR boards: the power density below which they throttle, how steeply.
-           "log_pw_d0", "pw_beta")
+           "log_pw_d0", "pw_beta",
+           # Overlap of one node's all-reduce with the backward pass (phi is several nodes').
+           "phi_intra")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -204,6 +214,8 @@ PRIOR = {
     # x1.5 at one sd. Fitted: d0 ~ 3.7, beta ~ 0.65 (the T4 at 0.44 of its peak, an RTX 6000 Ada at 0.51).
     "log_pw_d0": (math.log(2.5), 0.4),
     "pw_beta": (0.5, 0.2),
+    # The same prior as phi's: nothing says beforehand how far SM contention cuts the overlap.
+    "phi_intra": (0.5, 0.3),
 }
 BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default gradient bucket (bucket_cap_mb = 25)
 LINE_EFF = 0.9  # fraction of the line rate a bulk transfer reaches when nothing else limits it
@@ -434,7 +446,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     N = enc.cnt.sum(axis=1).astype(float)
     gpus = (enc.cnt * G).sum(axis=1)
     big = 1e30
-    phi = float(np.clip(g["phi"], 0.0, 1.0))
+    phi = np.where(N > 1, float(np.clip(g["phi"], 0.0, 1.0)), float(np.clip(g["phi_intra"], 0.0, 1.0)))
     # All-reduce rows: the slowest node's NIC at the achieved fraction, plus a latency per bucket and ring step between nodes.
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
     nominal = np.where(present, enc.net, big).min(axis=1) * 8.0  # the slowest node's NIC, Gbit/s
@@ -575,7 +587,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         t_inter = (2.0 * (gpus - 1) / gpus * grad_ar / net_min + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"])
                    if N > 1 else 0.0)
         t_ar = max(ti_max, t_inter)
-        phi = min(max(g["phi"], 0.0), 1.0)
+        phi = min(max(g["phi"] if N > 1 else g["phi_intra"], 0.0), 1.0)
         t_sync = max(t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max), t_ar / n_b)
         T = tc_max + t_sync
         x_total = gpus * b / T
