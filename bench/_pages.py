@@ -17,4 +17,5 @@ def write_page(path: str | Path, lines: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_text() if path.exists() else ""
     reading = old[old.index(READING):] if READING in old else ""
-    path.write_text("\n".join(lines) + "\n" + reading)
+    body = "\n".join(lines).rstrip("\n") + "\n"
+    path.write_text(body + "\n" + reading if reading else body)
