@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spottrain.runtime import record
-from spottrain.runtime.api import Trainer
+from spottrain.runtime.api import Trainer, auto_backend
 
 
 def _fake_gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> list[int]:
@@ -43,8 +43,22 @@ def test_rows_say_the_gpu_is_shared_only_when_workers_outnumber_the_gpus(monkeyp
     assert record._worker_device("cpu", workers=8) == ("cpu", False)
 
 
+def test_workers_sharing_a_gpu_all_reduce_through_gloo():
+    """NCCL takes one process per GPU ("Duplicate GPU detected" for two ranks on one device): a
+    local job of more workers than the machine has GPUs, or of several workers pinned to one named
+    GPU, all-reduces through gloo; one worker per GPU keeps NCCL."""
+    assert auto_backend("cuda", local_workers=4, gpus=4) == "nccl"
+    assert auto_backend("cuda", local_workers=1, gpus=1) == "nccl"
+    assert auto_backend("cuda", local_workers=2, gpus=1) == "gloo"
+    assert auto_backend("cuda", local_workers=5, gpus=4) == "gloo"
+    assert auto_backend("cuda", local_workers=2, gpus=4, device_named=True) == "gloo"
+    assert auto_backend("cuda", local_workers=1, gpus=4, device_named=True) == "nccl"  # one node, one worker
+    assert auto_backend("cpu", local_workers=1, gpus=0) == "gloo"
+
+
 def test_the_local_launcher_numbers_its_workers_local_rank(tmp_path):
-    """Each worker process is started with LOCAL_RANK = its slot (read from the live processes)."""
+    """Each worker process is started with LOCAL_RANK = its slot and LOCAL_WORLD_SIZE = the job's
+    workers, as torchrun numbers the processes of one node (read from the live processes)."""
     import os
     import signal
     import subprocess
@@ -60,6 +74,7 @@ def test_the_local_launcher_numbers_its_workers_local_rank(tmp_path):
                              "--store", str(tmp_path / "s.db")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
     ranks: set[str] = set()
+    sizes: set[str] = set()
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(ranks) < 3:
@@ -70,13 +85,14 @@ def test_the_local_launcher_numbers_its_workers_local_rank(tmp_path):
                     continue
                 if b"SPOTTRAIN_WORKER_ID" in env:
                     ranks.add(env.get(b"LOCAL_RANK", b"?").decode())
+                    sizes.add(env.get(b"LOCAL_WORLD_SIZE", b"?").decode())
             time.sleep(0.2)
     finally:
         t_stop = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         stop_s = time.monotonic() - t_stop
-    assert ranks == {"0", "1", "2"}
+    assert ranks == {"0", "1", "2"} and sizes == {"3"}
     # Stopped while its workers were still starting: each hears the stop when it connects (not
     # only those connected when it was said) and goes at once, none waits out the launcher's
     # grace to be killed.

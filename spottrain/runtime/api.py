@@ -86,7 +86,8 @@ class TrainConfig:
     """Alternatively, checkpoint every N steps (deterministic; used in tests)."""
     keep_checkpoints: int = 3
     backend: str = "auto"
-    """``gloo``, ``nccl`` or ``auto`` (nccl when the device is a GPU, else gloo)."""
+    """``gloo``, ``nccl`` or ``auto`` (nccl when each of the machine's workers has a GPU of its own,
+    else gloo: see :func:`auto_backend`)."""
     device: str = "auto"
     """``cpu``, ``cuda:N`` or ``auto``: ``cuda:($LOCAL_RANK mod GPUs)`` when the machine has a GPU
     (one GPU per process, as torchrun and the local launcher number them), else ``cpu``."""
@@ -142,6 +143,20 @@ class _CommFailure(Exception):
     "connection closed", a send or receive that timed out on a lossy link) where no training code
     ran: the runtime's own collectives, or DDP's gradient all-reduce after the backward pass had
     produced every gradient. Not the user's error; the group is re-formed (see ``Trainer._loop``)."""
+
+
+def auto_backend(device_type: str, *, local_workers: int, gpus: int, device_named: bool = False) -> str:
+    """The process group's backend for ``backend="auto"``: NCCL where each worker of the machine
+    has a GPU of its own, else gloo.
+
+    NCCL takes one process per GPU (two ranks on one device fail with "Duplicate GPU detected"),
+    so workers that share a GPU -- more of them on the machine (``LOCAL_WORLD_SIZE``) than GPUs,
+    or several pinned to one named device -- all-reduce through gloo, which moves CUDA tensors
+    too (through host memory: slower, and the only way they can share the device)."""
+    if device_type != "cuda":
+        return "gloo"
+    shared = local_workers > gpus or (device_named and local_workers > 1)
+    return "gloo" if shared else "nccl"
 
 
 def _first_line(exc: BaseException, limit: int = 160) -> str:
@@ -540,7 +555,9 @@ class Trainer:
     def _backend(self) -> str:
         if self.config.backend != "auto":
             return self.config.backend
-        return "nccl" if self.device.type == "cuda" else "gloo"
+        gpus = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        return auto_backend(self.device.type, local_workers=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+                            gpus=gpus, device_named=self.config.device != "auto")
 
     def _comm_device(self) -> torch.device:
         """Where small control tensors live: NCCL only moves GPU tensors."""

@@ -238,6 +238,8 @@ class _Controller(MembershipPublisher):
         # as torchrun numbers the processes of one node; a job's own LOCAL_RANK wins.
         if "LOCAL_RANK" not in self.job.env:
             env["LOCAL_RANK"] = str(slot)
+        if "LOCAL_WORLD_SIZE" not in self.job.env:  # how many share this machine's GPUs (NCCL or gloo)
+            env["LOCAL_WORLD_SIZE"] = str(max(self.job.workers, slot + 1))
         command = list(self.job.command)
         if host is not None:
             env.update(host.env())
