@@ -50,8 +50,11 @@ def _flag_type(self: typer.core.TyperOption, ctx):  # type: ignore[no-untyped-de
     return _option_type(self, ctx)
 
 
-_option_type = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+# typer's private hook for the help's value type (typer 0.29, the pinned version): where another
+# version lacks it, the help keeps typer's own rendering rather than the CLI failing to import.
+_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _option_type is not None:
+    typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 def _print_version(value: bool) -> None:
