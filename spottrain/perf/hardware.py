@@ -10,6 +10,7 @@ Per-node network bandwidth defaults to what a typical single-GPU instance of tha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -97,14 +98,14 @@ def device(name: str) -> Device:
         if inst is None:
             raise
         return inst
-    return Device(name=spec.name, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops, tf32_tflops=spec.tf32_tflops,
-                  memory_bandwidth_gbs=spec.memory_bandwidth_gbs, pcie_gbs=spec.pcie_gbs, nvlink_gbs=spec.nvlink_gbs,
-                  network_gbps=_catalog_network(spec.name) or _DEFAULT_NETWORK_GBPS.get(spec.name, _FALLBACK_NETWORK_GBPS),
-                  sustained=_ARCH_SUSTAINED.get(spec.architecture, 1.0),
-                  log_power_density=_log_power_density(spec))
+    dev = Device(name=spec.name, fp32_tflops=spec.fp32_tflops, fp16_tflops=spec.fp16_tflops, tf32_tflops=spec.tf32_tflops,
+                 memory_bandwidth_gbs=spec.memory_bandwidth_gbs, pcie_gbs=spec.pcie_gbs, nvlink_gbs=spec.nvlink_gbs,
+                 network_gbps=_catalog_network(spec.name) or _DEFAULT_NETWORK_GBPS.get(spec.name, _FALLBACK_NETWORK_GBPS),
+                 sustained=_ARCH_SUSTAINED.get(spec.architecture, 1.0))
+    return dataclasses.replace(dev, log_power_density=_log_power_density(spec, dev))
 
 
-def _log_power_density(spec) -> float:
+def _log_power_density(spec, dev: Device) -> float:
     """log(W per dense fp16 tensor TFLOPS) of a GDDR board with a published board power, else NaN.
 
     The tensor path's peak measures what the board's power must feed at full load: an RTX 6000 Ada
@@ -112,7 +113,7 @@ def _log_power_density(spec) -> float:
     accumulate) 2.7, a T4 (70 W, 65) 1.1."""
     if spec.tdp_w is None or not spec.memory.startswith(_POWER_LIMITED_MEMORY):
         return math.nan
-    return math.log(spec.tdp_w / max(spec.fp16_tflops, spec.fp32_tflops))
+    return math.log(spec.tdp_w / dev.tensor_tflops("fp16"))
 
 
 def _catalog_network(gpu: str) -> float | None:
@@ -129,7 +130,7 @@ def _instance(name: str) -> Device | None:
     if not offers:
         return None
     base = device(offers[0].gpu)
-    return Device(**{**base.__dict__, "network_gbps": float(offers[0].network_gbps)})
+    return dataclasses.replace(base, network_gbps=float(offers[0].network_gbps))
 
 
 @functools.lru_cache(maxsize=1024)
