@@ -69,6 +69,7 @@ def run(
     timeout: Annotated[str, typer.Option(help="Give up after this long.")] = "30m",
     liveness_timeout: Annotated[str, typer.Option("--liveness-timeout", help="local: a worker silent this long (stopped, cut off) is declared lost.")] = "3s",
     tick: Annotated[str, typer.Option(help="local: period of the policy's tick events.")] = "5s",
+    stop_grace: Annotated[str, typer.Option("--stop-grace", help="local: when the run is stopped (SIGTERM, Ctrl-C), how long the workers get to checkpoint and exit before they are killed.")] = "15s",
     deadline: Annotated[str | None, typer.Option(help="local: deadline the policy sees (default: the plan's).")] = None,
     hosts: Annotated[int, typer.Option(help="local: run each worker on its own host, a Linux network namespace (needs root); enables linkdown/vanish/loss/delay faults.")] = 0,
     store: Annotated[Path | None, typer.Option("--store", help="SQLite store for the run record (default: $SPOTTRAIN_STORE or the user data directory).")] = None,
@@ -149,6 +150,7 @@ class _Request:
     timeout: str
     liveness_timeout: str
     tick: str
+    stop_grace: str
     deadline: str | None
     hosts: int
     store: Path | None
@@ -187,7 +189,8 @@ def _read_request(command: list[str], flags: dict[str, Any]) -> _Request:
     options.count(r.controller_port, "--controller-port", high=65535)
     options.exclusive({"--checkpoint-interval": r.checkpoint_interval, "--checkpoint-every": r.checkpoint_every})
     for flag, text in (("--checkpoint-interval", r.checkpoint_interval), ("--timeout", r.timeout),
-                       ("--liveness-timeout", r.liveness_timeout), ("--tick", r.tick), ("--deadline", r.deadline)):
+                       ("--liveness-timeout", r.liveness_timeout), ("--tick", r.tick), ("--deadline", r.deadline),
+                       ("--stop-grace", r.stop_grace)):
         options.duration(text, flag)
     options.duration(r.replacement_delay, "--replacement-delay", allow_zero=True)
     options.name(r.example, "--example")
@@ -282,6 +285,7 @@ def _local_job(request: _Request, plan: Any, command: list[str], job_id: str, se
                     samples_per_step=int(batch), deadline_s=deadline_s,
                     tick_s=parse_duration_s(request.tick, option="--tick"),
                     liveness_timeout_s=parse_duration_s(request.liveness_timeout, option="--liveness-timeout"),
+                    stop_grace_s=parse_duration_s(request.stop_grace, option="--stop-grace"),
                     **_local_market(plan, n, delay_s))
 
 
