@@ -200,6 +200,7 @@ class Trainer:
                              if config.checkpoint_dir else None)
         self.worker_id = os.environ.get("SPOTTRAIN_WORKER_ID", f"pid{os.getpid()}")
         self.device = self._pick_device()
+        self._pg_backend = self._backend()  # fixed for the trainer's life: read on every step boundary
         # In-place: the Parameter objects (and so the optimizer's references) stay the same.
         self.model.to(self.device)
         self._base_lrs = [g["lr"] for g in optimizer.param_groups]
@@ -470,10 +471,10 @@ class Trainer:
             before = socket_inodes()
             _reset_group_counter()
             with _collective(True, "process group bootstrap"):
-                dist.init_process_group(self._backend(), store=self._elastic.group_store(gen), rank=self._rank,
+                dist.init_process_group(self._pg_backend, store=self._elastic.group_store(gen), rank=self._rank,
                                         world_size=self._world, timeout=timedelta(seconds=self.config.pg_timeout_s))
         elif "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
-            dist.init_process_group(self._backend(), timeout=timedelta(seconds=max(self.config.pg_timeout_s, 60)))
+            dist.init_process_group(self._pg_backend, timeout=timedelta(seconds=max(self.config.pg_timeout_s, 60)))
             self._gen, self._rank, self._world = 0, dist.get_rank(), dist.get_world_size()
         else:
             self._gen, self._rank, self._world = 0, 0, 1
@@ -561,7 +562,7 @@ class Trainer:
 
     def _comm_device(self) -> torch.device:
         """Where small control tensors live: NCCL only moves GPU tensors."""
-        return self.device if self._backend() == "nccl" else torch.device("cpu")
+        return self.device if self._pg_backend == "nccl" else torch.device("cpu")
 
     # ------------------------------------------------------------------ one step
     def _train_step(self) -> None:
