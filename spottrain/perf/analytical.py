@@ -588,13 +588,14 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
                    if N > 1 else 0.0)
         t_ar = max(ti_max, t_inter)
         phi = min(max(g["phi"] if N > 1 else g["phi_intra"], 0.0), 1.0)
-        t_sync = max(t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max), t_ar / n_b)
+        unhidden = t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max)
+        t_sync = max(unhidden, t_ar / n_b)
         T = tc_max + t_sync
         x_total = gpus * b / T
         per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
         cap_share = 0.0  # d log T / d log(TCP cap): the same as evaluate's, in plain Python
         if N > 1 and t_inter >= ti_max and nominal < RDMA_GBPS:
-            overlapped = t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max) >= t_ar / n_b
+            overlapped = unhidden >= t_ar / n_b
             slope = (1.0 - phi if t_ar < (2.0 / 3.0) * tc_max else 1.0) if overlapped else 1.0 / n_b
             cap_share = slope * 2.0 * (gpus - 1) / gpus * grad_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T,
