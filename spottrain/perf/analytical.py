@@ -222,9 +222,10 @@ LINE_EFF = 0.9  # fraction of the line rate a bulk transfer reaches when nothing
 RDMA_GBPS = 200.0  # nodes with this much network or more (EFA, InfiniBand) run collectives over RDMA, not TCP
 
 
-def _exposed_slope(t_ar, t_comp, n_b, phi):
-    """d exposed / d t_ar of the exposed all-reduce time max(t_ar - phi min(t_ar, 2/3 t_comp), t_ar/n_b)."""
-    overlapped = t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * t_comp) >= t_ar / n_b
+def _exposed_slope(unhidden, t_ar, t_comp, n_b, phi):
+    """d exposed / d t_ar of the exposed all-reduce time max(unhidden, t_ar/n_b), where
+    unhidden = t_ar - phi min(t_ar, 2/3 t_comp)."""
+    overlapped = unhidden >= t_ar / n_b
     return np.where(overlapped, np.where(t_ar < (2.0 / 3.0) * t_comp, 1.0 - phi, 1.0), 1.0 / n_b)
 
 
@@ -456,7 +457,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
                        + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"]), 0.0)
     t_intra_max = np.where(present, t_intra, 0.0).max(axis=1)
     t_ar = np.maximum(t_intra_max, t_inter)
-    t_exposed = np.maximum(t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max), t_ar / n_b)
+    unhidden = t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max)
+    t_exposed = np.maximum(unhidden, t_ar / n_b)
     T_ar = tc_max + t_exposed
     x_ar = gpus * enc.b / T_ar
     # Parameter-server rows.
@@ -497,7 +499,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     # d log T / d log(TCP cap): the rate is the harmonic sum of the line rate and the cap, so
     # d log(rate) / d log(cap) = rate / cap and the bandwidth term k S / rate moves by k S / cap.
     cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max) & (nominal < RDMA_GBPS),
-                         _exposed_slope(t_ar, tc_max, n_b, phi)
+                         _exposed_slope(unhidden, t_ar, tc_max, n_b, phi)
                          * 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T_ar,
                          0.0)
     parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
