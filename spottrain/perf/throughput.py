@@ -361,7 +361,8 @@ class ThroughputModel:
             # The rows are one more study: their overall speed (framework, host) gets a study's prior,
             # wider than the shipped studies' (USER_LEVEL_SIGMA). Left free, the
             # level took whatever the rows' own GPU or host did to every other GPU: our H200 machine's
-            # rows predicted the H100 machine's at 26.4 % (the prior alone: 18.4 %), now 19.4 %.
+            # rows predicted the H100 machine's at 26.4 % (the prior alone: 18.4 %), with it 19.4 % when
+            # this was chosen (bench/prediction_accuracy.py's latest page: 18.6 %, the prior alone 17.3 %).
             sd[an.G_INDEX["log_level"]] = USER_LEVEL_SIGMA
             # How arithmetic intensity and overheads vary with layer width and step size is learnt from
             # the prior's models: from a handful (three in the Lambda table) it is still the physics'.
