@@ -330,3 +330,24 @@ def test_one_node_and_several_nodes_overlap_the_backward_pass_by_their_own_fract
     # The shipped calibration: Lambda's one-node rows hide less than Pollux's multi-node ones.
     fitted = default_model().theta_
     assert 0.0 <= fitted[an.G_INDEX["phi_intra"]] < fitted[an.G_INDEX["phi"]] <= 1.0
+
+
+def test_groups_of_one_unseen_gpu_widen_the_interval_once(few_nodes_fit, pollux):
+    """A placement of 4 + 2 GPUs of a type the fit never saw is one unknown GPU, not two: its
+    interval and its notes are those of two nodes of 4 of that GPU."""
+    from spottrain.types import ClusterSpec
+
+    row = next(m for m in pollux if m.cluster.nodes == 2 and m.model == "resnet50")
+    uneven, even = (dataclasses.replace(row, cluster=ClusterSpec.parse(c)) for c in ("1xV100:4+1xV100:2", "2xV100:4"))
+    for p in (few_nodes_fit.predict([uneven], warn=False)[0], few_nodes_fit.predict_one(_query(uneven))):
+        assert sum("GPU V100 not in the fitted data" in n for n in p.notes) == 1, p.notes
+        assert len(set(p.notes)) == len(p.notes)
+    p_uneven, p_even = (few_nodes_fit.predict([m], warn=False)[0] for m in (uneven, even))
+    assert math.log(p_uneven.high / p_uneven.throughput) == pytest.approx(math.log(p_even.high / p_even.throughput),
+                                                                          rel=1e-9)
+
+
+def _query(m):
+    from spottrain.perf.throughput import _Query
+
+    return _Query.of(m)

@@ -624,6 +624,9 @@ class ThroughputModel:
                 notes.append((f"{_path(q, name)} path never measured", PATH_LOG))
             if gpn > 2 * self.max_gpus_per_node_:
                 notes.append((f"{gpn} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
+        # One reason per cause: two groups of one unseen GPU (a placement of 4 + 2 T4s) are one
+        # unknown, not two independent ones.
+        notes = list(dict(notes).items())
         if q.model not in self.fitted_models_:
             notes.append((f"model {q.model} not in the fitted data (predicted from its FLOPs)", sp["model"]))
         if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
