@@ -351,3 +351,25 @@ def _query(m):
     from spottrain.perf.throughput import _Query
 
     return _Query.of(m)
+
+
+def test_a_gpu_missing_from_your_rows_is_another_host_for_overhead_bound_steps():
+    """Your H100 machine's rows -> an H200: another GPU type is another machine, whose host sets the
+    per-step overhead as another study's would. A step that overhead sets (transformer-base, fp16,
+    batch 64) gets a wider interval there than one the GPU's arithmetic sets (VGG-16, FP32, batch
+    128); on the H100 you measured, the two are as wide as each other."""
+    # Two studies: the prior has a between-study overhead spread (CM-DARE's TF1 hosts vs Lambda's).
+    prior = ThroughputModel(folds=0, correction="none").fit(load_shipped(("lambda", "cmdare")))
+    assert prior.spread_log_["study_over"] > 0.1
+    ours = load_shipped(("hopper_zoo",))
+    user = ThroughputModel(prior=prior, folds=5).fit([m for m in ours if m.cluster.groups[0].gpu == "H100"])
+
+    def half(gpu: str, model: str, precision: str, batch: int) -> float:
+        m = next(m for m in ours if (m.cluster.groups[0].gpu, m.model, m.precision, m.batch_size)
+                 == (gpu, model, precision, batch))
+        p = user.predict([m], warn=False)[0]
+        return math.log(p.high / p.throughput)
+
+    overhead, arithmetic = ("transformer-base", "fp16", 64), ("vgg16", "fp32", 128)
+    assert half("H200", *overhead) > half("H200", *arithmetic) + 0.05
+    assert half("H100", *overhead) == pytest.approx(half("H100", *arithmetic), rel=1e-9)

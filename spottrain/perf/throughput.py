@@ -601,7 +601,7 @@ class ThroughputModel:
         if not hasattr(self, "theta_"):
             raise NotFittedError("ThroughputModel.predict called before fit()")
 
-    def _extrapolation(self, q: _Query, cap_share: float = 0.0) -> list[tuple[str, float]]:
+    def _extrapolation(self, q: _Query, cap_share: float = 0.0, over_share: float = 0.0) -> list[tuple[str, float]]:
         """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds).
 
         ``cap_share``: d log(step) / d log(achieved inter-node rate), the analytical model's
@@ -640,8 +640,12 @@ class ThroughputModel:
                 notes.append(("configuration not among your few measured rows", self.spread_log_.get("study", STUDY_LOG)))
             elif missing or q.model not in self.own_models_:
                 what = f"GPU {missing[0]}" if missing else f"model {q.model}"
+                level = self.spread_log_.get("study", STUDY_LOG)
+                # Another GPU type is another machine: its host sets the per-step overhead as
+                # another study's would.
+                over = self.spread_log_.get("study_over", 0.0) * over_share if missing else 0.0
                 notes.append((f"{what} not in your measurements (calibrated on another study's)",
-                              self.spread_log_.get("study", STUDY_LOG)))
+                              math.hypot(level, over)))
         return notes
 
     def _half_width(self, q: _Query, notes: list[tuple[str, float]], over_share: float = 0.0) -> float:
@@ -693,7 +697,7 @@ class ThroughputModel:
         out = []
         far = []
         for i, q in enumerate(qs):
-            reasons = self._extrapolation(q, float(parts["cap_share"][i]))
+            reasons = self._extrapolation(q, float(parts["cap_share"][i]), float(parts["over_share"][i]))
             half = self._half_width(q, reasons, float(parts["over_share"][i]))
             notes = [n for n, _sd in reasons]
             if notes:
@@ -775,7 +779,7 @@ class ThroughputModel:
                                          + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
                                          pix=q.pixels,
                                          ps_share=q.ps_share)
-        reasons = self._extrapolation(q, parts.get("cap_share", 0.0))
+        reasons = self._extrapolation(q, parts.get("cap_share", 0.0), parts["over_share"])
         half = self._half_width(q, reasons, parts["over_share"])
         notes = [n for n, _sd in reasons]
         return ThroughputPrediction(
