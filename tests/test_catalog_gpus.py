@@ -23,6 +23,14 @@ from spottrain.errors import UnknownNameError
         ("NVIDIA GeForce RTX 4090", "RTX4090"),
         ("Quadro RTX 8000", "RTX8000"),
         ("A100-PCIe-40GB", "A100-PCIe"),
+        # boards of published training studies (what torch.cuda.get_device_name prints)
+        ("NVIDIA TITAN Xp", "TitanXp"),
+        ("NVIDIA GeForce GTX 1080", "GTX1080"),
+        ("Tesla K40m", "K40"),
+        ("Tesla M40 24GB", "M40"),
+        ("Tesla V100S-PCIE-32GB", "V100S"),
+        ("NVIDIA A800-SXM4-80GB", "A800"),
+        ("NVIDIA H800", "H800"),
     ],
 )
 def test_aliases_resolve_to_canonical_names(alias, canonical):
