@@ -15,6 +15,8 @@ from spottrain.profiler.zoo_info import ZOO, canonical_model, zoo_info
 EXACT = {
     "resnet18": 11_689_512,
     "resnet50": 25_557_032,
+    "resnet101": 44_549_160,  # torchvision resnet101
+    "resnet152": 60_192_808,  # torchvision resnet152
     "vgg16": 138_357_544,
     "vgg19": 143_667_240,
     "gpt2-small": 124_439_808,
@@ -122,3 +124,18 @@ def test_zoo_info_is_torch_free():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_generated_flops_table_check_runs_and_is_current():
+    # The command a maintainer runs after adding a zoo model (it once failed on the package's
+    # zoo_info function shadowing the module of that name).
+    from spottrain.profiler.gen_zoo_flops import main as gen_main
+
+    assert gen_main(["--check"]) == 0
+
+
+def test_deeper_resnets_have_he_et_al_gmacs():
+    # He et al. 2016, Table 1: 7.6 and 11.3 G multiply-adds forward at 224x224 (v1); v1.5, with the
+    # stride on the 3x3 convolution as torchvision builds it: 7.8 and 11.5.
+    for name, gmac in (("resnet101", 7.8e9), ("resnet152", 11.5e9)):
+        assert ZOO[name].flops_per_sample_forward == pytest.approx(2 * gmac, rel=0.03)

@@ -11,6 +11,7 @@ and backward FLOPs over ``loss.backward()``; both are divided by the batch size.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -18,7 +19,10 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from spottrain.profiler import zoo, zoo_info
+from spottrain.profiler import zoo
+
+# The module, not the package's attribute of the same name (the package exports the function zoo_info).
+zoo_info = importlib.import_module("spottrain.profiler.zoo_info")
 
 _BATCH = 2
 _BLOCK = re.compile(r"(# BEGIN GENERATED FLOPS[^\n]*\n)(.*?)(# END GENERATED FLOPS)", re.S)

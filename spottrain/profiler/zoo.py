@@ -27,6 +27,8 @@ _NETWORKS: dict[str, Callable[[], nn.Module]] = {
     "mlp-tiny": lambda: m.MLP(),
     "resnet18": lambda: m.ResNet(m.BasicBlock, [2, 2, 2, 2], 1000, cifar=False),
     "resnet50": lambda: m.ResNet(m.Bottleneck, [3, 4, 6, 3], 1000, cifar=False),
+    "resnet101": lambda: m.ResNet(m.Bottleneck, [3, 4, 23, 3], 1000, cifar=False),
+    "resnet152": lambda: m.ResNet(m.Bottleneck, [3, 8, 36, 3], 1000, cifar=False),
     "resnet18-cifar": lambda: m.ResNet(m.BasicBlock, [2, 2, 2, 2], 10, cifar=True),
     "resnet50-cifar": lambda: m.ResNet(m.Bottleneck, [3, 4, 6, 3], 10, cifar=True),
     "resnet32": lambda: m.CifarResNet(5),
