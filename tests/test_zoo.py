@@ -21,6 +21,8 @@ EXACT = {
     "vgg19": 143_667_240,
     "gpt2-small": 124_439_808,
     "bert-base": 109_483_778,  # bert-base-uncased + 2-label classification head
+    "bert-large": 335_143_938,  # bert-large-uncased + 2-label classification head
+    "gpt2-medium": 354_823_168,  # Hugging Face gpt2-medium
     "resnet18-cifar": 11_173_962,
     "resnet50-cifar": 23_520_842,
     "mlp-tiny": 784 * 128 + 128 + 128 * 10 + 10,

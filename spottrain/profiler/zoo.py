@@ -37,7 +37,9 @@ _NETWORKS: dict[str, Callable[[], nn.Module]] = {
     "transformer-base": lambda: m.TranslationTransformer(),
     "lstm-lm": lambda: m.LSTMLanguageModel(),
     "bert-base": lambda: m.BertClassifier(),
+    "bert-large": lambda: m.BertClassifier(dim=1024, layers=24, heads=16),
     "gpt2-small": lambda: m.GPT2(),
+    "gpt2-medium": lambda: m.GPT2(dim=1024, layers=24, heads=16),
 }
 
 

@@ -222,11 +222,29 @@ _ENTRIES = (
         description="BERT-base encoder fine-tuned for sentence-pair classification, sequence length 128.",
     ),
     ZooEntry(
+        name="bert-large", family="bert", task="classification", param_count=335_143_938, published_param_count=335_143_938,
+        param_source=(
+            "Devlin et al. 2019: BERT-large 340M; Hugging Face bert-large-uncased with a 2-label sequence-classification "
+            "head: 335,143,938 (encoder + pooler 335,141,888)"
+        ),
+        input_shape=(128,), input_dtype="int64", num_classes=2, dataset=MNLI, default_batch_size=32,
+        aliases=("bert-large-uncased", "bert-large-like"),
+        description="BERT-large encoder (24 layers, 1024 wide, 16 heads) fine-tuned for sentence-pair classification, "
+                    "sequence length 128.",
+    ),
+    ZooEntry(
         name="gpt2-small", family="gpt2", task="language-modelling", param_count=124_439_808, published_param_count=124_439_808,
         param_source="Radford et al. 2019 GPT-2 small ('117M' in the paper); Hugging Face gpt2 with tied embeddings: 124,439,808",
         input_shape=(1024,), input_dtype="int64", num_classes=50_257, dataset=OPENWEBTEXT, default_batch_size=8,
         aliases=("gpt2", "gpt-2", "gpt-2-small", "gpt2-124m"),
         description="GPT-2 small decoder, causal language modelling at context 1024.",
+    ),
+    ZooEntry(
+        name="gpt2-medium", family="gpt2", task="language-modelling", param_count=354_823_168, published_param_count=354_823_168,
+        param_source="Radford et al. 2019 GPT-2 medium ('345M' in the paper); Hugging Face gpt2-medium with tied embeddings: 354,823,168",
+        input_shape=(1024,), input_dtype="int64", num_classes=50_257, dataset=OPENWEBTEXT, default_batch_size=4,
+        aliases=("gpt-2-medium", "gpt2-355m", "gpt2-345m"),
+        description="GPT-2 medium decoder (24 layers, 1024 wide, 16 heads), causal language modelling at context 1024.",
     ),
 )
 
@@ -246,7 +264,9 @@ FLOPS_PER_SAMPLE: dict[str, tuple[float, float]] = {
     'transformer-base': (8.212972e+09, 1.642594e+10),
     'lstm-lm': (9.282000e+08, 1.849640e+09),
     'bert-base': (2.234843e+10, 4.469687e+10),
+    'bert-large': (7.892213e+10, 1.578443e+11),
     'gpt2-small': (2.916483e+11, 5.832966e+11),
+    'gpt2-medium': (8.269511e+11, 1.653902e+12),
 }
 # END GENERATED FLOPS
 
