@@ -94,3 +94,27 @@ def test_hopper_table_is_the_converted_raw_measurement(tmp_path):
     assert {"resnet50", "bert-base", "gpt2-small", "lstm-lm"} <= {r.model for r in rows}
     # each machine (host CPU + GPU) is a study of its own: their dispatch speeds differ
     assert {r.extra["source"].split("/")[0] for r in rows} == {"spottrain-zoo-h100", "spottrain-zoo-h200"}
+
+
+def test_cloud_column_is_kept_and_checked(tmp_path):
+    from spottrain.perf.measurements import parse_row
+
+    header = HEADER.rstrip("\n") + ",cloud\n"
+    p = _write(tmp_path, "resnet50,64,2xV100:8,0,sync,3000,,,GCP\nresnet50,64,2xV100:8,0,sync,2900,,,\n", header=header)
+    rows = read_measurements(p)
+    assert [r.cloud for r in rows] == ["gcp", None]  # case folded; empty = not said
+    out = tmp_path / "o.csv"
+    write_measurements(rows, out)
+    assert [r.cloud for r in read_measurements(out)] == ["gcp", None]
+    bad = _write(tmp_path, "resnet50,64,2xV100:8,0,sync,300,,,ec2\n", header=header)
+    for read in (lambda: read_measurements(bad),
+                 lambda: parse_row(dict(zip(header.strip().split(","), "resnet50,64,2xV100:8,0,sync,300,,,ec2".split(","))),
+                                   file=str(bad), line=2)):
+        with pytest.raises(InputError) as exc:
+            read()
+        assert "line 2" in str(exc.value) and "column cloud" in str(exc.value) and "aws, gcp, azure" in str(exc.value)
+
+
+def test_pollux_rows_say_their_cloud():
+    # g4dn.12xlarge: the AWS network whose achieved all-reduce rate the calibration fits.
+    assert {r.cloud for r in load_shipped(("pollux",))} == {"aws"}

@@ -14,6 +14,7 @@ from spottrain.cli.main import main
 from spottrain.perf import ThroughputModel, load_shipped
 from spottrain.perf import analytical as an
 from spottrain.perf.throughput import ExtrapolationWarning, _study_weights
+from spottrain.types import ClusterSpec
 
 HEADER = "model,batch_size,cluster,ps,sync,throughput,network_gbps,flops_per_sample,param_count"
 
@@ -335,8 +336,6 @@ def test_one_node_and_several_nodes_overlap_the_backward_pass_by_their_own_fract
 def test_groups_of_one_unseen_gpu_widen_the_interval_once(few_nodes_fit, pollux):
     """A placement of 4 + 2 GPUs of a type the fit never saw is one unknown GPU, not two: its
     interval and its notes are those of two nodes of 4 of that GPU."""
-    from spottrain.types import ClusterSpec
-
     row = next(m for m in pollux if m.cluster.nodes == 2 and m.model == "resnet50")
     uneven, even = (dataclasses.replace(row, cluster=ClusterSpec.parse(c)) for c in ("1xV100:4+1xV100:2", "2xV100:4"))
     for p in (few_nodes_fit.predict([uneven], warn=False)[0], few_nodes_fit.predict_one(_query(uneven))):
@@ -373,3 +372,54 @@ def test_a_gpu_missing_from_your_rows_is_another_host_for_overhead_bound_steps()
     overhead, arithmetic = ("transformer-base", "fp16", 64), ("vgg16", "fp32", 128)
     assert half("H200", *overhead) > half("H200", *arithmetic) + 0.05
     assert half("H100", *overhead) == pytest.approx(half("H100", *arithmetic), rel=1e-9)
+
+
+def test_a_cloud_without_all_reduce_rows_gets_the_network_prior_width(few_nodes_fit, pollux):
+    """The achieved rate across nodes is fitted on Pollux's AWS rows (AWS caps one TCP flow at
+    5 Gbit/s): on GCP or Azure it is as unknown as its prior, and the interval says so; on AWS,
+    or where the cloud is not said, it stays the fitted one."""
+    from spottrain.perf.throughput import _Query
+
+    assert few_nodes_fit.ar_clouds_ == {"aws"}
+    row = next(m for m in pollux if m.cluster.nodes == 4 and m.model == "bert_base_squad" and m.batch_size == 4)
+    preds = {c: few_nodes_fit.predict([dataclasses.replace(row, cloud=c)], warn=False)[0] for c in ("aws", None, "gcp")}
+    assert preds["gcp"].throughput == pytest.approx(preds["aws"].throughput)  # the same estimate, less sure
+    assert preds["aws"].notes == preds[None].notes and not any("measured on aws only" in n for n in preds["aws"].notes)
+    assert any("measured on aws only, not on gcp" in n for n in preds["gcp"].notes)
+    width = {c: math.log(p.high / p.low) for c, p in preds.items()}
+    assert width["gcp"] > width["aws"] + 0.3 and width[None] == pytest.approx(width["aws"])
+    fast = few_nodes_fit.predict_one(_Query.of(dataclasses.replace(row, cloud="gcp")))
+    assert fast.low == pytest.approx(preds["gcp"].low, rel=1e-9) and fast.notes == preds["gcp"].notes
+    # An instance type says its cloud (a2-highgpu-4g: GCP's machine type of 4 A100s).
+    gcp_nodes = dataclasses.replace(row, cloud=None, cluster=ClusterSpec.parse("4xa2-highgpu-4g"), network_gbps=50.0)
+    assert any("not on gcp" in n for n in few_nodes_fit.predict([gcp_nodes], warn=False)[0].notes)
+
+
+def test_your_own_rows_across_nodes_of_an_unsaid_cloud_are_your_cloud(few_nodes_fit, pollux):
+    """Your multi-node rows without a cloud column measured your network, wherever it is: a fit on
+    them (over the AWS-calibrated prior) widens no cloud's interval."""
+    user_rows = [dataclasses.replace(m, cloud=None) for m in pollux if m.model == "resnet50" and m.cluster.nodes <= 3]
+    user = ThroughputModel(prior=few_nodes_fit, folds=0).fit(user_rows)
+    assert "" in user.ar_clouds_
+    q = dataclasses.replace(user_rows[-1], cloud="azure")
+    assert not any("not on azure" in n for n in user.predict([q], warn=False)[0].notes)
+
+
+def test_a_model_saved_before_clouds_were_recorded_loads_and_says_nothing_of_clouds(few_nodes_fit, pollux):
+    state = few_nodes_fit.to_dict()
+    assert state["ar_clouds_"] == ["aws"]
+    del state["ar_clouds_"]
+    old = ThroughputModel.from_dict(state)
+    row = next(m for m in pollux if m.cluster.nodes == 4)
+    assert not any("not on gcp" in n for n in old.predict([dataclasses.replace(row, cloud="gcp")], warn=False)[0].notes)
+
+
+def test_predict_cloud_flag(capsys):
+    import json
+
+    code, out, _ = run(capsys, "predict", "--model", "bert-base", "--batch-size", "8", "--cluster", "4xT4:4",
+                       "--network-gbps", "50", "--cloud", "Azure", "--json", "--no-from-store")
+    assert code in (0, None)
+    assert any("not on azure" in n for n in json.loads(out)["notes"])
+    code, _, err = run(capsys, "predict", "--model", "bert-base", "--cluster", "4xT4:4", "--cloud", "gpc")
+    assert code == 2 and "--cloud" in err and "did you mean gcp" in err and "Traceback" not in err

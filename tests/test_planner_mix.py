@@ -124,3 +124,25 @@ def test_front_indices_keeps_exactly_the_non_dominated_points():
         for j in range(n):
             dominated = np.any((t <= t[j]) & (c <= c[j]) & ((t < t[j]) | (c < c[j])))
             assert ((t[j], c[j]) in kept) == (np.isfinite(t[j]) and not dominated)
+
+
+def test_a_cloud_whose_network_no_row_measured_is_planned_with_its_wider_interval():
+    """The same 4-GPU nodes on AWS (whose achieved all-reduce rate the calibration fits) and on
+    GCP: the same throughput estimate, a wider interval on GCP, so a lower P(deadline) there; the
+    columns the solver reads carry the same widths as the exact evaluation."""
+    import dataclasses
+
+    # BERT-sized gradients at a small batch: the all-reduce across nodes is most of the step.
+    bert = Workload(model="synthetic-bert", batch_size=8, flops_per_sample=67e9, param_count=110_000_000,
+                    gradient_bytes=440e6)
+    aws = [offer("syn.t4x4", "T4", 4, 3.91, 1.17, net=50.0)]
+    gcp = [dataclasses.replace(o, cloud="gcp") for o in aws]
+    outcomes = {}
+    for name, offers in (("aws", aws), ("gcp", gcp)):
+        ctx = prepare(bert, samples=5e6, deadline_s=20 * 3600, offers=offers, max_nodes=6, sync="sync")
+        i = next(k for k, c in enumerate(ctx.cands) if not c.spot)
+        assert ctx.cands[i].cloud == name
+        outcomes[name] = ctx.evaluate(((i, 4),))
+    a, g = outcomes["aws"], outcomes["gcp"]
+    assert g.thr == pytest.approx(a.thr) and g.low < 0.8 * a.low and g.high > 1.2 * a.high
+    assert g.p_deadline <= a.p_deadline

@@ -46,7 +46,7 @@ COLUMNS = [
     "model", "batch_size", "cluster", "ps", "sync", "throughput",
     "network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "source",
 ]
-POLLUX_COLUMNS = [*COLUMNS[:-1], "step_time_s", "sync_time_s", "source"]
+POLLUX_COLUMNS = [*COLUMNS[:-1], "step_time_s", "sync_time_s", "cloud", "source"]
 # Model FLOPs (TFProf, fwd+bwd per sample) and parameter counts from CM-DARE's feature tables.
 CMDARE_NAMES = {
     "Res15": "res15", "Res32": "res32", "res15": "res15", "res32": "res32",
@@ -312,7 +312,7 @@ def pollux_rows(data: str) -> list[dict]:
                              throughput=round(gpus * b / step, 3), network_gbps=POLLUX_NETWORK_GBPS,
                              flops_per_sample=round(flops), param_count=params, precision=POLLUX_PRECISION[folder],
                              tensor_count=tensors or "", step_time_s=round(step, 6), sync_time_s=round(sync, 6),
-                             source=f"pollux/{folder}/{part}"))
+                             cloud="aws", source=f"pollux/{folder}/{part}"))
     return rows
 
 

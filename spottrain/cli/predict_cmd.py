@@ -55,6 +55,7 @@ def predict(
     ps: Annotated[int, typer.Option(help="Parameter servers (0 = ring all-reduce).")] = 0,
     sync: Annotated[str, typer.Option(help="sync or async.")] = "sync",
     network_gbps: Annotated[float | None, typer.Option(help="Per-node network bandwidth (default: the GPU's usual instance).")] = None,
+    cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure: whose network the nodes cross (instance types say their own).")] = None,
     precision: Annotated[str, typer.Option(help="fp32 or fp16 (mixed precision) for --model.")] = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
     from_store: Annotated[bool | None, typer.Option("--from-store/--no-from-store", help="Add the measured rows of your own runs (spottrain run) of this model to the fit; default: on when the store has some.")] = None,
@@ -67,7 +68,7 @@ def predict(
     """
     sync, precision = _check_flags(measurements=measurements, queries=queries, out=out, force=force, profile=profile,
                                    model=model, batch_size=batch_size, cluster=cluster, ps=ps,
-                                   network_gbps=network_gbps, sync=sync, precision=precision)
+                                   network_gbps=network_gbps, sync=sync, precision=precision, cloud=cloud)
     if queries is not None:
         _predict_queries(queries, measurements, out=out, as_json=as_json, from_store=from_store)
         return
@@ -77,12 +78,12 @@ def predict(
         raise InputError("give exactly one of --profile or --model", column="--profile")
     workload = _workload(profile, model, batch_size, precision)
     _predict_cluster(workload, cluster, measurements, ps=ps, sync=sync, network_gbps=network_gbps, as_json=as_json,
-                     from_store=from_store)
+                     from_store=from_store, cloud=cloud.lower() if cloud else None)
 
 
 def _check_flags(*, measurements: Path | None, queries: Path | None, out: Path | None, force: bool,
                  profile: Path | None, model: str | None, batch_size: int | None, cluster: str | None, ps: int,
-                 network_gbps: float | None, sync: str, precision: str) -> tuple[str, str]:
+                 network_gbps: float | None, sync: str, precision: str, cloud: str | None = None) -> tuple[str, str]:
     """Every flag checked before anything is read; the first wrong one is named (exit 2). Returns
     ``sync`` and ``precision`` as spelled in the model."""
     from spottrain.cli import options
@@ -92,6 +93,10 @@ def _check_flags(*, measurements: Path | None, queries: Path | None, out: Path |
     options.positive(network_gbps, "--network-gbps", high=options.MAX_NETWORK_GBPS)
     sync = options.choice(sync, "--sync", ("sync", "async"))
     precision = options.choice(precision, "--precision", ("fp32", "fp16"))
+    if cloud is not None:
+        from spottrain.perf.measurements import CLOUDS
+
+        options.choice(cloud, "--cloud", CLOUDS, kind="cloud")
     options.name(model, "--model")
     options.cluster(cluster, "--cluster")
     options.exclusive({"--profile": profile, "--model": model})
@@ -151,7 +156,7 @@ def _workload(profile: Path | None, model: str | None, batch_size: int | None, p
 
 
 def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: int, sync: str,
-                     network_gbps: float | None, as_json: bool, from_store: bool | None) -> None:
+                     network_gbps: float | None, as_json: bool, from_store: bool | None, cloud: str | None = None) -> None:
     """Predict one workload on one cluster (with the own runs' rows of it when the store has some)."""
     from spottrain.perf import predict_throughput
     from spottrain.perf.own_runs import cli_own_runs
@@ -164,7 +169,8 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
     fitted = _fit(measurements, own=own)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ExtrapolationWarning)
-        pred = predict_throughput(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=fitted)
+        pred = predict_throughput(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=fitted,
+                                  cloud=cloud)
     if as_json:
         print(json.dumps({"model": workload.model, "batch_size": workload.batch_size, "cluster": cluster, "ps": ps,
                           "sync": sync, **pred.to_dict(), **({"from_store": own.to_dict()} if own else {})}, indent=1))

@@ -140,6 +140,12 @@ def instance_gpu_count(name: str) -> int | None:
     return int(offers[0].gpu_count) if offers else None
 
 
+def instance_cloud(name: str) -> str | None:
+    """The cloud (``aws``, ``gcp``, ``azure``) of an instance type, or ``None`` when ``name`` is a GPU name."""
+    offers = _instance_offers(name)
+    return str(offers[0].cloud) if offers else None
+
+
 def _instance_offers(name: str) -> list:
     """The shipped catalog's offers of instance type ``name``; empty when it is not one."""
     try:

@@ -4,7 +4,7 @@ CSV columns (header names exact, order free)::
 
     model, batch_size, cluster, ps, sync, throughput            required
     network_gbps, flops_per_sample, param_count, precision,
-    tensor_count, step_time_s, sync_time_s, input               optional
+    tensor_count, step_time_s, sync_time_s, input, cloud        optional
 
 * ``batch_size``: per GPU. ``cluster``: '+'-joined groups ``NxGPU`` or ``NxGPU:G`` (N nodes of
   that GPU type, G GPUs each, default 1), e.g. ``4xK80``, ``1xV100+1xP100+2xK80``, ``2xA100:8``.
@@ -25,6 +25,9 @@ CSV columns (header names exact, order free)::
 * ``input``: where the batches come from. ``host`` (default): the model's data loader on the host
   CPU (decoding and augmenting ImageNet-sized images can cap a fast GPU); ``device``: batches
   generated on or preloaded to the GPU (synthetic-data benchmarks), no host pipeline to wait for.
+* ``cloud``: ``aws``, ``gcp`` or ``azure``, the cloud whose network the rows crossed (empty: not
+  said). A fit knows which clouds its all-reduce rows across nodes measured; a query on another
+  cloud gets the achieved network rate's prior width (clouds cap TCP flows differently).
 
 Any other column is kept in :attr:`Measurement.extra` and written back unchanged.
 """
@@ -46,11 +49,12 @@ from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
 OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "step_time_s",
-                    "sync_time_s", "input")
+                    "sync_time_s", "input", "cloud")
 MAX_GPUS_PER_NODE = 16
 """The most GPUs one node holds (DGX-2, HGX-2: 16); a cluster group asking for more is a typo."""
 PRECISIONS = ("fp32", "fp16")
 INPUTS = ("host", "device")
+CLOUDS = ("aws", "gcp", "azure")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +85,8 @@ class Measurement:
     """Measured seconds of the step spent in the exposed gradient all-reduce, when the table gives it."""
     input: str = "host"
     """Where batches come from: ``host`` (a data loader on the CPU) or ``device`` (no host pipeline)."""
+    cloud: str | None = None
+    """``aws``, ``gcp`` or ``azure``: whose network the row's nodes crossed; ``None`` = not said."""
     line: int | None = None
     """Line in the source file (for error messages)."""
     extra: dict[str, str] = field(default_factory=dict, compare=False)
@@ -176,6 +182,10 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     source = get("input").lower() or "host"
     if source not in INPUTS:
         raise InputError(f"expected one of {', '.join(INPUTS)}, got {get('input')!r}", file=file, line=line, column="input")
+    cloud = get("cloud").lower() or None
+    if cloud is not None and cloud not in CLOUDS:
+        raise InputError(f"expected one of {', '.join(CLOUDS)} (or empty), got {get('cloud')!r}", file=file, line=line,
+                         column="cloud")
     step = parse_number(get("step_time_s"), file=file, line=line, column="step_time_s") if get("step_time_s") else None
     sync_t = (parse_number(get("sync_time_s"), file=file, line=line, column="sync_time_s", allow_zero=True)
               if get("sync_time_s") else None)
@@ -190,7 +200,8 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     extra = {k: v for k, v in row.items() if k is not None and k not in known}
     return Measurement(model=model, batch_size=batch, cluster=cluster, ps=ps, sync=sync, throughput=throughput,
                        flops_per_sample=float(flops), param_count=int(params), network_gbps=net, precision=precision,
-                       tensor_count=tensors, step_time_s=step, sync_time_s=sync_t, input=source, line=line, extra=extra)
+                       tensor_count=tensors, step_time_s=step, sync_time_s=sync_t, input=source, cloud=cloud, line=line,
+                       extra=extra)
 
 
 def _check_placement(group, *, file, line) -> None:
@@ -313,6 +324,12 @@ def _validate_columns(table, *, query: bool) -> list[Measurement]:
     for i, v in enumerate(source):
         if v not in INPUTS:
             raise table.error(f"expected one of {', '.join(INPUTS)}, got {in_raw[i]!r}", row=i, column="input")
+    cloud_raw = table.texts("cloud")
+    cloud = [v.lower() or None for v in cloud_raw]
+    for i, v in enumerate(cloud):
+        if v is not None and v not in CLOUDS:
+            raise table.error(f"expected one of {', '.join(CLOUDS)} (or empty), got {cloud_raw[i]!r}", row=i,
+                              column="cloud")
     step = table.numbers("step_time_s", required=False, texts=step_text)
     sync_t = table.numbers("sync_time_s", required=False, low_open=False)
     sync_t[ps != 0] = np.nan  # an all-reduce time means nothing for a parameter-server row: not used
@@ -343,7 +360,8 @@ def _validate_columns(table, *, query: bool) -> list[Measurement]:
                        sync=sync[i], throughput=opt(thr_l[i]), flops_per_sample=flops_l[i], param_count=params_i[i],
                        network_gbps=opt(net_l[i]), precision=precision[i],
                        tensor_count=None if tens_l[i] != tens_l[i] else int(tens_l[i]),
-                       step_time_s=opt(step_l[i]), sync_time_s=opt(synct_l[i]), input=source[i], line=table.lines[i],
+                       step_time_s=opt(step_l[i]), sync_time_s=opt(synct_l[i]), input=source[i], cloud=cloud[i],
+                       line=table.lines[i],
                        extra={c: table.rows[i][j] for j, c in extra_cols})
             for i in range(n)]
 
@@ -368,7 +386,8 @@ def write_measurements(rows: list[Measurement], path: str | Path, *, extra_colum
             base = [r.model, r.batch_size, str(r.cluster), r.ps, r.sync, "" if r.throughput is None else r.throughput,
                     "" if r.network_gbps is None else r.network_gbps, r.flops_per_sample, r.param_count, r.precision,
                     "" if r.tensor_count is None else r.tensor_count,
-                    "" if r.step_time_s is None else r.step_time_s, "" if r.sync_time_s is None else r.sync_time_s, r.input]
+                    "" if r.step_time_s is None else r.step_time_s, "" if r.sync_time_s is None else r.sync_time_s, r.input,
+                    r.cloud or ""]
             w.writerow(base + [r.extra.get(k, "") for k in kept] + [extra_columns[c][i] for c in extra_columns])
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from spottrain.catalog.gpus import gpu_spec
 from spottrain.errors import InputError, NotFittedError, UnknownNameError
 from spottrain.perf import analytical as an
-from spottrain.perf.hardware import device, instance_gpu_count, node_network_gbps
+from spottrain.perf.hardware import device, instance_cloud, instance_gpu_count, node_network_gbps
 from spottrain.perf.measurements import Measurement, load_shipped
 from spottrain.perf.placement import ps_load_share
 from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels, known_tensor_count
@@ -207,12 +207,32 @@ class _Query:
     """Parameter tensors; ``None`` = the zoo's count for a zoo model, else estimated from the gradient bytes."""
     input: str = "host"
     """Where batches come from: ``host`` (the model's data loader) or ``device`` (no host pipeline)."""
+    cloud: str | None = None
+    """The cloud whose network the nodes cross (``None``: not said; instance types say their own)."""
 
     @classmethod
     def of(cls, m: Measurement) -> "_Query":
         return cls(model=m.model, batch_size=m.batch_size, cluster=m.cluster, ps=m.ps, sync=m.sync,
                    flops=m.flops_per_sample, grad=m.gradient_bytes, precision=m.precision,
-                   network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count, input=m.input)
+                   network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count, input=m.input,
+                   cloud=m.cloud)
+
+    @property
+    def clouds(self) -> str | None:
+        """The cloud of the query: its own, else that of its instance types ('+'-joined when they
+        are several clouds); ``None`` when a group is a bare GPU name and no cloud is said."""
+        if self.cloud:
+            return self.cloud
+        found = [instance_cloud(g.gpu) for g in self.cluster.groups]
+        return None if None in found else "+".join(sorted(set(found)))
+
+    @property
+    def tcp_across_nodes(self) -> bool:
+        """An all-reduce across nodes over TCP (not RDMA): what the fitted achieved rate describes."""
+        if self.ps != 0 or self.cluster.nodes < 2:
+            return False
+        nets = [self.network_gbps or node_network_gbps(g.gpu, n) for g, _name, n in _resolve_groups(self.cluster)]
+        return min(nets) < an.RDMA_GBPS
 
     @property
     def ps_share(self) -> tuple[float, float] | None:
@@ -478,6 +498,8 @@ class ThroughputModel:
         self.regime_log_ = _regime_widths(queries, self.train_log_residuals_, scale=1.2, floor=0.02)
         self.fitted_pairs_ = {f"{device(g.gpu).name}|{q.model}" for q in queries for g in q.cluster.groups}
         self.ar_nodes_ = max([q.cluster.nodes for q in queries if q.ps == 0] or [0])
+        # Clouds whose TCP all-reduce across nodes the rows measured ("" for rows that do not say).
+        self.ar_clouds_ = {q.clouds or "" for q in queries if q.tcp_across_nodes}
         self.fast_paths_ = sorted({_path(q, name) for q in queries for _g, name, _n in _resolve_groups(q.cluster)})
         # Robust spread (1.4826 x median |effect|): one outlying model (NCF's per-step overheads) must not
         # widen every unseen model's interval.
@@ -511,6 +533,7 @@ class ThroughputModel:
             self.spread_log_ = {k: max(v, p.spread_log_.get(k, 0.0)) for k, v in self.spread_log_.items()}
             self.fitted_pairs_ |= set(p.fitted_pairs_)
             self.ar_nodes_ = max(self.ar_nodes_, p.ar_nodes_)
+            self.ar_clouds_ = self.ar_clouds_ | set(p.ar_clouds_)
             self.fast_paths_ = sorted(set(self.fast_paths_) | set(p.fast_paths_))
             if len(rows) < 10:
                 # A handful of rows shows nothing of the configurations they do not measure: the
@@ -634,6 +657,13 @@ class ThroughputModel:
         if q.ps == 0 and q.cluster.nodes > 1 and self.ar_nodes_ <= 1:
             notes.append(("no all-reduce across nodes in the fitted data (achieved network rate from its prior)",
                           an.PRIOR["log_ar_cap"][1] * cap_share))
+        elif cap_share > 0.0 and self.ar_clouds_ and "" not in self.ar_clouds_:
+            # The achieved rate is the fitted clouds' (AWS caps one TCP flow at 5 Gbit/s; other clouds
+            # cap flows differently or not at all): on another cloud it is as unknown as its prior.
+            cloud = q.clouds
+            if cloud is not None and cloud not in self.ar_clouds_:
+                notes.append((f"all-reduce across nodes measured on {', '.join(sorted(self.ar_clouds_))} only, not on "
+                              f"{cloud} (achieved network rate from its prior)", an.PRIOR["log_ar_cap"][1] * cap_share))
         if self.own_gpus_ or self.own_models_:
             missing = [n for _g, n, _k in _resolve_groups(q.cluster) if n not in self.own_gpus_]
             if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
@@ -717,7 +747,7 @@ class ThroughputModel:
 
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
-              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_")
+              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_", "ar_clouds_")
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -743,10 +773,12 @@ class ThroughputModel:
             raise InputError("saved throughput model is from another version of the analytical model; refit it")
         m = cls(**data["params"])
         for k in cls._STATE:
-            v = data[k]
+            # A model saved before clouds were recorded: its rows' clouds are not known.
+            v = data.get(k, [""]) if k == "ar_clouds_" else data[k]
             if k == "theta_":
                 v = np.array(v, float)
-            elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_", "own_configs_"):
+            elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_", "own_configs_",
+                       "ar_clouds_"):
                 v = set(v)
             setattr(m, k, v)
         m.correction_ = None
@@ -834,20 +866,22 @@ def default_model() -> ThroughputModel:
 
 
 def predict_throughput(workload: Workload, cluster: ClusterSpec | str, *, ps: int = 0, sync: str = "sync",
-                       network_gbps: float | None = None, model: ThroughputModel | None = None) -> ThroughputPrediction:
+                       network_gbps: float | None = None, model: ThroughputModel | None = None,
+                       cloud: str | None = None) -> ThroughputPrediction:
     """Predict the throughput of ``workload`` on ``cluster`` (``"4xV100"``, ``"2xp3.8xlarge"``).
 
     ``ps`` = parameter servers (0 = all-reduce); ``sync`` = ``"sync"`` or ``"async"``;
-    ``model`` defaults to :func:`default_model`. Results are memoised per (workload, cluster,
-    ps, sync, network, model), so the planner's repeated queries cost microseconds. A profiled step time on a GPU (``Workload.
+    ``model`` defaults to :func:`default_model`; ``cloud`` (``aws``, ``gcp``, ``azure``) is whose
+    network the nodes cross (instance types say their own). Results are memoised per (workload, cluster,
+    ps, sync, network, cloud, model), so the planner's repeated queries cost microseconds. A profiled step time on a GPU (``Workload.
     step_time_s_ref``) calibrates the model's efficiency for this workload.
     """
     m = model or default_model()
-    key = (workload, str(cluster), ps, sync, network_gbps, id(m))
+    key = (workload, str(cluster), ps, sync, network_gbps, cloud, id(m))
     hit = _CACHE.get(key)
     if hit is not None and _CACHE_OWNERS.get(id(m)) is m:
         return hit
-    pred = _predict_uncached(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=m)
+    pred = _predict_uncached(workload, cluster, ps=ps, sync=sync, network_gbps=network_gbps, model=m, cloud=cloud)
     if len(_CACHE) > 100_000:
         _CACHE.clear()
     _CACHE[key] = pred
@@ -860,7 +894,7 @@ _CACHE_OWNERS: dict = {}
 
 
 def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int, sync: str,
-                      network_gbps: float | None, model: ThroughputModel) -> ThroughputPrediction:
+                      network_gbps: float | None, model: ThroughputModel, cloud: str | None = None) -> ThroughputPrediction:
     if isinstance(cluster, str):
         cluster = ClusterSpec.parse(cluster)
     if sync not in ("sync", "async"):
@@ -872,7 +906,7 @@ def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int
     m = model
     q = _Query(model=workload.model, batch_size=workload.batch_size, cluster=cluster, ps=ps, sync=sync,
                flops=workload.flops_per_sample, grad=workload.gradient_bytes, precision=workload.precision,
-               network_gbps=network_gbps, tensors=workload.tensor_count)
+               network_gbps=network_gbps, tensors=workload.tensor_count, cloud=cloud)
     if workload.step_time_s_ref and workload.ref_gpu:
         m = _calibrated_for(m, workload)
     return m.predict_one(q)

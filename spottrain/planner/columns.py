@@ -37,11 +37,14 @@ def _breakpoints(max_nodes: int) -> np.ndarray:
 
 
 def throughput_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: float, max_nodes: int,
-                     *, sync: str = "sync", ps: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+                     *, sync: str = "sync", ps: int = 0,
+                     cloud: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """Cluster throughput (median, low, high in samples/s) and bottleneck for n = 1..max_nodes
     homogeneous nodes: the perf model at :data:`BREAKPOINTS`, linear in between. Memoized per
-    (workload, node shape), since the planner asks for every candidate."""
-    key = (workload, gpu, gpus_per_node, round(network_gbps, 3), sync, ps)
+    (workload, node shape, cloud), since the planner asks for every candidate. ``cloud``: whose
+    network the nodes cross (a cloud the perf model has no all-reduce rows of widens the interval);
+    ``None`` leaves it unsaid."""
+    key = (workload, gpu, gpus_per_node, round(network_gbps, 3), sync, ps, cloud)
     hit = _CURVES.get(key)
     if hit is not None and hit[0].size >= max_nodes:
         return hit[0][:max_nodes], hit[1][:max_nodes], hit[2][:max_nodes], hit[3][:max_nodes]
@@ -51,7 +54,7 @@ def throughput_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: 
     t, l, h, b = np.empty(bp.size), np.empty(bp.size), np.empty(bp.size), []
     for k, n in enumerate(bp):
         spec = ClusterSpec(groups=(ClusterGroup(count=int(n), gpu=gpu, gpus_per_node=gpus_per_node),))
-        p = predict_throughput(workload, spec, ps=ps, sync=sync, network_gbps=network_gbps)
+        p = predict_throughput(workload, spec, ps=ps, sync=sync, network_gbps=network_gbps, cloud=cloud)
         t[k], l[k], h[k] = p.throughput, p.low, p.high
         b.append(str(p.bottleneck))
     seg = np.searchsorted(bp, ns, side="right") - 1
@@ -63,15 +66,17 @@ def throughput_curve(workload: Any, gpu: str, gpus_per_node: int, network_gbps: 
 
 
 def throughput_mix(workload: Any, groups: list[tuple[str, int, int, float]], *, sync: str = "sync",
-                   ps: int = 0) -> tuple[float, float, float, str]:
-    """Throughput of a heterogeneous cluster [(gpu, gpus_per_node, count, network_gbps), ...]."""
+                   ps: int = 0, clouds: tuple[str, ...] = ()) -> tuple[float, float, float, str]:
+    """Throughput of a heterogeneous cluster [(gpu, gpus_per_node, count, network_gbps), ...];
+    ``clouds``: the clouds its nodes are on (empty: not said)."""
+    cloud = "+".join(sorted(set(clouds))) or None
     if len(groups) == 1:
         gpu, g, n, net = groups[0]
-        thr, lo, hi, bott = throughput_curve(workload, gpu, g, net, n, sync=sync, ps=ps)
+        thr, lo, hi, bott = throughput_curve(workload, gpu, g, net, n, sync=sync, ps=ps, cloud=cloud)
         return float(thr[-1]), float(lo[-1]), float(hi[-1]), bott[-1]
     spec = ClusterSpec(groups=tuple(ClusterGroup(count=n, gpu=gpu, gpus_per_node=g) for gpu, g, n, _ in groups))
     net = min(net for *_, net in groups)
-    p = predict_throughput(workload, spec, ps=ps, sync=sync, network_gbps=net)
+    p = predict_throughput(workload, spec, ps=ps, sync=sync, network_gbps=net, cloud=cloud)
     return float(p.throughput), float(p.low), float(p.high), str(p.bottleneck)
 
 
@@ -186,7 +191,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         m = int(kind_m[k])
         if m < 1:
             continue
-        t, l, h, b = throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
+        t, l, h, b = throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps, cloud=cloud)
         n = np.arange(1, m + 1)
         thr.append(t[:m])
         lo.append(l[:m])

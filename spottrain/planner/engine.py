@@ -73,7 +73,8 @@ class Context:
 
 def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: Limits) -> Outcome:
     groups = [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps) for i, n in picks]
-    thr, lo, hi, bott = throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps)
+    thr, lo, hi, bott = throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps,
+                                       clouds=tuple(cands[i].cloud for i, _n in picks))
     total = sum(n for _, n in picks)
     spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
     rate, smean, sd = cluster_revocations([(n * rev.rate_per_s, rev) for n, rev in spot], total)
@@ -283,6 +284,8 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         out = []
         for shape in sorted({ctx.cands[i].shape for i in members}):
             gpu, g, net = shape
+            # The cloud is left unsaid: its interval is then no wider than any member's cloud's, and
+            # a narrower interval only raises the bound (a shorter expected time).
             thr, lo, hi, _ = throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
             a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
                             work_log_sd=job.work_log_sd(n, n * g))
