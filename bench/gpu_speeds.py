@@ -40,6 +40,10 @@ PLAN = [
     ("transformer-base", ("fp32", "tf32", "fp16"), (64, 128, 256)),
     ("lstm-lm", ("fp32", "fp16"), (20, 64, 256)),
     ("resnet32", ("fp32", "fp16"), (128, 512)),
+    ("resnet101", ("fp32", "fp16"), (32, 64, 128)),
+    ("resnet152", ("fp32", "fp16"), (32, 64, 128)),
+    ("bert-large", ("fp32", "tf32", "fp16"), (8, 16, 32, 64)),
+    ("gpt2-medium", ("fp32", "tf32", "fp16"), (2, 4, 8)),
 ]
 COLUMNS = ["model", "batch_size", "cluster", "ps", "sync", "throughput", "precision", "step_time_s",
            "step_time_p10_s", "step_time_p90_s", "optimizer", "channels_last", "matmul_tf32", "cudnn_tf32",

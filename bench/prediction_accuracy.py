@@ -17,10 +17,11 @@ import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
-from spottrain.perf import ThroughputModel, Workload, load_shipped, predict_throughput
+from spottrain.perf import ThroughputModel, Workload, load_shipped, predict_throughput, read_measurements
 from spottrain.perf.convergence import (ConvergenceModel, curve_sets, curves_from_rows, first_crossing,
                                        load_accuracy_curves)
 from spottrain.perf.hardware import device
@@ -282,6 +283,29 @@ def own_cross_gpu_rows(rows) -> None:
                f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; 'peak-FLOPS' column: the prior alone")
 
 
+BENCH_DATA = Path(__file__).resolve().parent / "data"
+
+
+def unseen_model_rows(rows) -> None:
+    """Four networks no shipped table holds (ResNet-101/152, BERT-large, GPT-2 medium), timed on an H100
+    of a later lease (``bench/data/zoo_more_h100.csv``), predicted by the shipped calibration (every
+    study; what ``spottrain predict`` uses), then by a user's fit of that lease's ResNet-50 and
+    BERT-base rows (``zoo_anchor_h100.csv``) over it. Baseline: the calibration's median fraction of
+    FP32 peak (``peak_baseline``; no other GPU measured these models)."""
+    from spottrain.perf.throughput import default_model
+
+    new, anchor = read_measurements(BENCH_DATA / "zoo_more_h100.csv"), read_measurements(BENCH_DATA / "zoo_anchor_h100.csv")
+    train = [m for rs in rows.values() for m in rs]
+    base = score(peak_baseline(train, new), obs(new))
+    p, cover, width = _interval_stats(default_model(), new)
+    report("4 models in no table (H100, later lease), shipped calibration", len(new), score(p, obs(new)), math.nan, base,
+           "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}")
+    user = ThroughputModel(prior=default_model(), folds=5).fit(anchor)
+    p, cover, width = _interval_stats(user, new)
+    report("  the same, with the lease's ResNet-50/BERT-base rows as yours", len(new), score(p, obs(new)), math.nan, base,
+           "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; {len(anchor)} rows")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip the correction's nested cross-validation")
@@ -297,6 +321,7 @@ def main() -> None:
     study_rows = cross_study_rows(args.refits)
     one_row_rows(study_rows)
     own_cross_gpu_rows(study_rows)
+    unseen_model_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows
 
     # 1. Single-GPU speed of unseen models (leave one model out: none of its rows, any GPU or size, is trained on).

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 COLUMNS = ["model", "batch_size", "cluster", "ps", "sync", "throughput", "network_gbps", "flops_per_sample",
            "param_count", "precision", "tensor_count", "step_time_s", "input", "source"]
-MATMUL_NETWORKS = frozenset({"bert-base", "gpt2-small", "transformer-base", "lstm-lm"})
+MATMUL_NETWORKS = frozenset({"bert-base", "bert-large", "gpt2-small", "gpt2-medium", "transformer-base", "lstm-lm"})
 
 
 def convert(raws: list[Path], study: str) -> list[dict[str, object]]:
