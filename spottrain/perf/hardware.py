@@ -140,6 +140,7 @@ def instance_gpu_count(name: str) -> int | None:
     return int(offers[0].gpu_count) if offers else None
 
 
+@functools.lru_cache(maxsize=1024)
 def instance_cloud(name: str) -> str | None:
     """The cloud (``aws``, ``gcp``, ``azure``) of an instance type, or ``None`` when ``name`` is a GPU name."""
     offers = _instance_offers(name)
