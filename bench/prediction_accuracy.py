@@ -288,22 +288,25 @@ BENCH_DATA = Path(__file__).resolve().parent / "data"
 
 def unseen_model_rows(rows) -> None:
     """Four networks no shipped table holds (ResNet-101/152, BERT-large, GPT-2 medium), timed on an H100
-    of a later lease (``bench/data/zoo_more_h100.csv``), predicted by the shipped calibration (every
-    study; what ``spottrain predict`` uses), then by a user's fit of that lease's ResNet-50 and
-    BERT-base rows (``zoo_anchor_h100.csv``) over it. Baseline: the calibration's median fraction of
-    FP32 peak (``peak_baseline``; no other GPU measured these models)."""
+    and an H200 of later leases (``bench/data/zoo_more_<gpu>.csv``), predicted by the shipped calibration
+    (every study; what ``spottrain predict`` uses), then by a user's fit of that lease's ResNet-50 (and,
+    on the H100, BERT-base) rows (``zoo_anchor_<gpu>.csv``) over it. Baseline: the calibration's median
+    fraction of FP32 peak (``peak_baseline``; no other GPU measured these models)."""
     from spottrain.perf.throughput import default_model
 
-    new, anchor = read_measurements(BENCH_DATA / "zoo_more_h100.csv"), read_measurements(BENCH_DATA / "zoo_anchor_h100.csv")
     train = [m for rs in rows.values() for m in rs]
-    base = score(peak_baseline(train, new), obs(new))
-    p, cover, width = _interval_stats(default_model(), new)
-    report("4 models in no table (H100, later lease), shipped calibration", len(new), score(p, obs(new)), math.nan, base,
-           "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}")
-    user = ThroughputModel(prior=default_model(), folds=5).fit(anchor)
-    p, cover, width = _interval_stats(user, new)
-    report("  the same, with the lease's ResNet-50/BERT-base rows as yours", len(new), score(p, obs(new)), math.nan, base,
-           "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; {len(anchor)} rows")
+    for gpu in ("h100", "h200"):
+        new = read_measurements(BENCH_DATA / f"zoo_more_{gpu}.csv")
+        anchor = read_measurements(BENCH_DATA / f"zoo_anchor_{gpu}.csv")
+        base = score(peak_baseline(train, new), obs(new))
+        p, cover, width = _interval_stats(default_model(), new)
+        report(f"4 models in no table ({gpu.upper()}, later lease), shipped calibration", len(new), score(p, obs(new)),
+               math.nan, base, "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}")
+        user = ThroughputModel(prior=default_model(), folds=5 if len(anchor) >= 10 else 0).fit(anchor)
+        p, cover, width = _interval_stats(user, new)
+        report("  the same, with the lease's ResNet-50/BERT-base rows as yours", len(new), score(p, obs(new)),
+               math.nan, base, "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; "
+               f"{len(anchor)} rows")
 
 
 def main() -> None:
