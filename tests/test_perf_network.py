@@ -414,7 +414,7 @@ def test_a_model_saved_before_clouds_were_recorded_loads_and_says_nothing_of_clo
     assert not any("not on gcp" in n for n in old.predict([dataclasses.replace(row, cloud="gcp")], warn=False)[0].notes)
 
 
-def test_predict_cloud_flag(capsys):
+def test_predict_cloud_flag(capsys, tmp_path):
     import json
 
     code, out, _ = run(capsys, "predict", "--model", "bert-base", "--batch-size", "8", "--cluster", "4xT4:4",
@@ -423,3 +423,9 @@ def test_predict_cloud_flag(capsys):
     assert any("not on azure" in n for n in json.loads(out)["notes"])
     code, _, err = run(capsys, "predict", "--model", "bert-base", "--cluster", "4xT4:4", "--cloud", "gpc")
     assert code == 2 and "--cloud" in err and "did you mean gcp" in err and "Traceback" not in err
+    q = tmp_path / "q.csv"
+    q.write_text(HEADER + ",cloud\nbert-base,8,4xT4:4,0,sync,,50,,,gcp\n")
+    code, _, err = run(capsys, "predict", "--queries", str(q), "--cloud", "aws")
+    assert code == 2 and "--queries and --cloud contradict" in err
+    code, out, _ = run(capsys, "predict", "--queries", str(q), "--json", "--no-from-store")
+    assert code in (0, None) and "not on gcp" in out

@@ -101,6 +101,7 @@ def _check_flags(*, measurements: Path | None, queries: Path | None, out: Path |
     options.cluster(cluster, "--cluster")
     options.exclusive({"--profile": profile, "--model": model})
     options.exclusive({"--queries": queries, "--cluster": cluster})
+    options.exclusive({"--queries": queries, "--cloud": cloud})  # a query table says it in its cloud column
     for flag, path in (("--measurements", measurements), ("--queries", queries), ("--profile", profile)):
         options.input_file(path, flag)
     if out is not None and queries is None:
