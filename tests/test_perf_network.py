@@ -341,6 +341,10 @@ def test_groups_of_one_unseen_gpu_widen_the_interval_once(few_nodes_fit, pollux)
     for p in (few_nodes_fit.predict([uneven], warn=False)[0], few_nodes_fit.predict_one(_query(uneven))):
         assert sum("GPU V100 not in the fitted data" in n for n in p.notes) == 1, p.notes
         assert len(set(p.notes)) == len(p.notes)
+    # Two node shapes beyond the fitted 4 GPUs per node: one reason, not two.
+    big = dataclasses.replace(row, cluster=ClusterSpec.parse("1xT4:16+1xT4:12"))
+    notes = few_nodes_fit.predict([big], warn=False)[0].notes
+    assert sum("GPUs per node" in n for n in notes) == 1 and "16 GPUs per node, fitted up to 4" in notes
     p_uneven, p_even = (few_nodes_fit.predict([m], warn=False)[0] for m in (uneven, even))
     assert math.log(p_uneven.high / p_uneven.throughput) == pytest.approx(math.log(p_even.high / p_even.throughput),
                                                                           rel=1e-9)

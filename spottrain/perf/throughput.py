@@ -645,11 +645,12 @@ class ThroughputModel:
                 notes.append((f"{q.model} never measured on {name}", sp["pair"]))
             if _path(q, name) not in self.fast_paths_:
                 notes.append((f"{_path(q, name)} path never measured", PATH_LOG))
-            if gpn > 2 * self.max_gpus_per_node_:
-                notes.append((f"{gpn} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
         # One reason per cause: two groups of one unseen GPU (a placement of 4 + 2 T4s) are one
-        # unknown, not two independent ones.
+        # unknown, not two independent ones; nor are two oversize node shapes.
         notes = list(dict(notes).items())
+        gpn_max = max(gpn for _g, _name, gpn in _resolve_groups(q.cluster))
+        if gpn_max > 2 * self.max_gpus_per_node_:
+            notes.append((f"{gpn_max} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
         if q.model not in self.fitted_models_:
             notes.append((f"model {q.model} not in the fitted data (predicted from its FLOPs)", sp["model"]))
         if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
