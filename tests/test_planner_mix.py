@@ -143,6 +143,9 @@ def test_a_cloud_whose_network_no_row_measured_is_planned_with_its_wider_interva
         i = next(k for k, c in enumerate(ctx.cands) if not c.spot)
         assert ctx.cands[i].cloud == name
         outcomes[name] = ctx.evaluate(((i, 4),))
+        col = next(k for k in range(ctx.cols.size) if ctx.cols.cand[k] == i and ctx.cols.n[k] == 4)
+        assert ctx.cols.low[col] == pytest.approx(outcomes[name].low, rel=1e-9)
+        assert ctx.cols.high[col] == pytest.approx(outcomes[name].high, rel=1e-9)
     a, g = outcomes["aws"], outcomes["gcp"]
     assert g.thr == pytest.approx(a.thr) and g.low < 0.8 * a.low and g.high > 1.2 * a.high
     assert g.p_deadline <= a.p_deadline
