@@ -631,7 +631,8 @@ class ThroughputModel:
         ``cap_share`` part (0 for one node, RDMA, or an all-reduce the backward pass hides)."""
         notes: list[tuple[str, float]] = []
         sp = self.spread_log_
-        for g, name, gpn in _resolve_groups(q.cluster):
+        groups = _resolve_groups(q.cluster)
+        for g, name, gpn in groups:
             if name not in self.fitted_gpus_:
                 # An unseen architecture is said, not widened further: leave one study out on Lambda
                 # (every GPU of a newer architecture) covers 95.7 % with the unseen GPU's and
@@ -648,7 +649,7 @@ class ThroughputModel:
         # One reason per cause: two groups of one unseen GPU (a placement of 4 + 2 T4s) are one
         # unknown, not two independent ones; nor are two oversize node shapes.
         notes = list(dict(notes).items())
-        gpn_max = max(gpn for _g, _name, gpn in _resolve_groups(q.cluster))
+        gpn_max = max(gpn for _g, _name, gpn in groups)
         if gpn_max > 2 * self.max_gpus_per_node_:
             notes.append((f"{gpn_max} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
         if q.model not in self.fitted_models_:
@@ -666,7 +667,7 @@ class ThroughputModel:
                 notes.append((f"all-reduce across nodes measured on {', '.join(sorted(self.ar_clouds_))} only, not on "
                               f"{cloud} (achieved network rate from its prior)", an.PRIOR["log_ar_cap"][1] * cap_share))
         if self.own_gpus_ or self.own_models_:
-            missing = [n for _g, n, _k in _resolve_groups(q.cluster) if n not in self.own_gpus_]
+            missing = [n for _g, n, _k in groups if n not in self.own_gpus_]
             if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
                 notes.append(("configuration not among your few measured rows", self.spread_log_.get("study", STUDY_LOG)))
             elif missing or q.model not in self.own_models_:
