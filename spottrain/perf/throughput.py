@@ -226,13 +226,16 @@ class _Query:
         found = [instance_cloud(g.gpu) for g in self.cluster.groups]
         return None if None in found else "+".join(sorted(set(found)))
 
+    def node_gbps(self, group: ClusterGroup, gpus_per_node: int) -> float:
+        """Nominal network of one node of ``group`` (Gbit/s): the query's own figure, else the node's default."""
+        return self.network_gbps or node_network_gbps(group.gpu, gpus_per_node)
+
     @property
     def tcp_across_nodes(self) -> bool:
         """An all-reduce across nodes over TCP (not RDMA): what the fitted achieved rate describes."""
         if self.ps != 0 or self.cluster.nodes < 2:
             return False
-        nets = [self.network_gbps or node_network_gbps(g.gpu, n) for g, _name, n in _resolve_groups(self.cluster)]
-        return min(nets) < an.RDMA_GBPS
+        return min(self.node_gbps(g, n) for g, _name, n in _resolve_groups(self.cluster)) < an.RDMA_GBPS
 
     @property
     def ps_share(self) -> tuple[float, float] | None:
@@ -270,7 +273,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
             if name not in dev_index:
                 dev_index[name] = len(dev_index)
             cnt[i, j] = g.count; gpn[i, j] = n_gpu; dev[i, j] = dev_index[name]
-            net[i, j] = (q.network_gbps or node_network_gbps(g.gpu, n_gpu)) / 8.0
+            net[i, j] = q.node_gbps(g, n_gpu) / 8.0
             gidx[i, j] = gpu_effect.get(f"{name}/{q.precision}", -1)
             iidx[i, j] = inter_effect.get(f"{name}/{q.precision}|{q.model}", -1)
             lidx[i, j] = link_effect.get(name, -1)
@@ -804,7 +807,7 @@ class ThroughputModel:
                 count=g.count, gpn=gpn, log_p=math.log(d.tensor_tflops(q.precision) * d.sustained),
                 log_p32=math.log(d.fp32_tflops * d.sustained), log_bw=math.log(d.memory_bandwidth_gbs),
                 link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
-                net_gbs=(q.network_gbps or node_network_gbps(g.gpu, gpn)) / 8.0,
+                net_gbs=q.node_gbps(g, gpn) / 8.0,
                 effect=self._gpu_effect(name, q.precision) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
                 link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs, log_pd=d.log_power_density))
         thr, parts, per = an.predict_one(self.theta_, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
