@@ -152,3 +152,31 @@ def test_a_slow_machine_in_the_users_table_mostly_stays_with_its_gpu():
     carried = np.median([u.throughput / p.throughput
                          for u, p in zip(user.predict(h100, warn=False), prior.predict(h100, warn=False))])
     assert 0.64 < carried < 0.9  # some of it is the user's framework and models, not all of it
+
+
+def test_rows_of_one_model_keep_the_priors_slopes_across_models():
+    """One network's rows (ResNet-50 timed at several batch sizes and precisions on an H200) cannot
+    tell the per-tensor dispatch from the per-step time, nor the intensity's growth with layer width
+    from its level: a fit over the calibration keeps those two slopes at the calibration's values,
+    and networks it never measured stay as well predicted as by the calibration alone. Rows of two
+    networks (ResNet-50 and BERT-base on an H100) move them."""
+    from pathlib import Path
+
+    from spottrain.perf import analytical as an
+    from spottrain.perf import read_measurements
+
+    data = Path(__file__).resolve().parents[1] / "bench" / "data"
+    prior = default_model()
+    slopes = [an.G_INDEX["log_tau_t"], an.G_INDEX["w_ai"]]
+    one = read_measurements(data / "zoo_anchor_h200.csv")
+    assert len({m.model for m in one}) == 1 and len(one) >= 8
+    user = ThroughputModel(prior=prior, folds=0, correction="none").fit(one)
+    assert np.allclose(user.theta_[slopes], prior.theta_[slopes], atol=1e-5)
+    unseen = read_measurements(data / "zoo_more_h200.csv")
+    y = np.array([m.throughput for m in unseen])
+    err = lambda model: np.mean(np.abs(np.array([p.throughput for p in model.predict(unseen, warn=False)]) / y - 1))  # noqa: E731
+    assert err(user) < err(prior) + 0.05
+    two = read_measurements(data / "zoo_anchor_h100.csv")
+    assert len({m.model for m in two}) == 2
+    moved = ThroughputModel(prior=prior, folds=0, correction="none").fit(two)
+    assert not np.allclose(moved.theta_[slopes], prior.theta_[slopes], atol=1e-3)
