@@ -200,7 +200,30 @@ def cross_study_rows(refits: int = 0) -> dict:
     _multi_node_rows(po, others, one_node_known=True)
     _multi_node_user_rows(po, others)
     _multi_node_rows(po, others, one_node_known=False)
+    _multi_node_floor_rows(po, others)
     return rows
+
+
+def _multi_node_floor_rows(po, others) -> None:
+    """What Pollux's multi-node rows allow any model of (model, batch, nodes, GPUs): (i) their own
+    noise, each row against the mean of the other placements of the same shape (same model, batch
+    size, nodes, GPUs and largest node: 1+3 and 2+2 GPUs over two nodes), which no model of those
+    inputs tells apart; (ii) the model fitted on every row (every study, all of Pollux), scored on
+    them in-sample: a held-out prediction of this form is not expected to beat it."""
+    shape = lambda m: (m.model, m.precision, m.batch_size, m.cluster.nodes, m.cluster.total_gpus,  # noqa: E731
+                       max(g.gpus_per_node for g in m.cluster.groups))
+    multi = [m for m in po if m.cluster.nodes > 1]
+    groups: dict = {}
+    for m in multi:
+        groups.setdefault(shape(m), []).append(math.log(m.throughput))
+    noise = [abs(math.exp((sum(v) - x) / (len(v) - 1) - x) - 1) * 100 for v in groups.values() if len(v) > 1 for x in v]
+    report("Pollux multi-node: noise between placements of one shape", len(noise), float(np.mean(noise)), math.nan,
+           math.nan, "-", "each row against the mean of the other placements of its (model, batch, nodes, GPUs, "
+           "largest node); a floor for any model of those inputs")
+    model = fit(others + po)
+    report("Pollux multi-node: the model fitted on every row (in-sample)", len(multi),
+           score(predict(model, multi), obs(multi)), math.nan, math.nan, "-",
+           "every study and all of Pollux in the fit; the held-out rows above are not expected to beat it")
 
 
 def _multi_node_rows(po, others, one_node_known: bool) -> None:
