@@ -147,6 +147,12 @@ def instance_cloud(name: str) -> str | None:
     return str(offers[0].cloud) if offers else None
 
 
+def clouds_name(clouds) -> str | None:
+    """How a cluster names the clouds its nodes are on: one cloud's name, several joined by '+'
+    (sorted), ``None`` when none is said."""
+    return "+".join(sorted(set(clouds))) or None
+
+
 def _instance_offers(name: str) -> list:
     """The shipped catalog's offers of instance type ``name``; empty when it is not one."""
     try:

@@ -32,7 +32,7 @@ import numpy as np
 from spottrain.catalog.gpus import gpu_spec
 from spottrain.errors import InputError, NotFittedError, UnknownNameError
 from spottrain.perf import analytical as an
-from spottrain.perf.hardware import device, instance_cloud, instance_gpu_count, node_network_gbps
+from spottrain.perf.hardware import clouds_name, device, instance_cloud, instance_gpu_count, node_network_gbps
 from spottrain.perf.measurements import Measurement, load_shipped
 from spottrain.perf.placement import ps_load_share
 from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels, known_tensor_count
@@ -226,7 +226,7 @@ class _Query:
         if self.cloud:
             return self.cloud
         found = [instance_cloud(g.gpu) for g in self.cluster.groups]
-        return None if None in found else "+".join(sorted(set(found)))
+        return None if None in found else clouds_name(found)
 
     def node_gbps(self, group: ClusterGroup, gpus_per_node: int) -> float:
         """Nominal network of one node of ``group`` (Gbit/s): the query's own figure, else the node's default."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.perf import predict_throughput
+from spottrain.perf.hardware import clouds_name
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate
 from spottrain.types import ClusterGroup, ClusterSpec
@@ -69,7 +70,7 @@ def throughput_mix(workload: Any, groups: list[tuple[str, int, int, float]], *, 
                    ps: int = 0, clouds: tuple[str, ...] = ()) -> tuple[float, float, float, str]:
     """Throughput of a heterogeneous cluster [(gpu, gpus_per_node, count, network_gbps), ...];
     ``clouds``: the clouds its nodes are on (empty: not said)."""
-    cloud = "+".join(sorted(set(clouds))) or None
+    cloud = clouds_name(clouds)
     if len(groups) == 1:
         gpu, g, n, net = groups[0]
         thr, lo, hi, bott = throughput_curve(workload, gpu, g, net, n, sync=sync, ps=ps, cloud=cloud)
