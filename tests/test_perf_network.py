@@ -378,6 +378,40 @@ def test_a_gpu_missing_from_your_rows_is_another_host_for_overhead_bound_steps()
     assert half("H100", *overhead) == pytest.approx(half("H100", *arithmetic), rel=1e-9)
 
 
+def test_an_unknown_network_rate_widens_the_slow_side_more_than_the_fast_one(pollux):
+    """The network rate's prior is carried through the model, not linearised: at its 95th percentile
+    the step loses at most the all-reduce it exposes (and the NIC's line rate caps the gain); at its
+    5th it exposes more and more. Measured on the Pollux rows a one-node fit predicts across nodes:
+    the fast side is narrower and the slow side wider than the linear share x prior sd, and with the
+    network reason gone both sides fall back to the rest of the interval."""
+    from spottrain.perf.throughput import Z90, _Query
+
+    one_node = ThroughputModel(folds=0, correction="none").fit([m for m in pollux if m.cluster.nodes == 1])
+    rows = [m for m in pollux if m.cluster.nodes == 2 and m.model == "resnet50"]
+    preds = one_node.predict(rows, warn=False)
+    sd = an.PRIOR["log_ar_cap"][1]
+    net_bound = 0
+    for m, p in zip(rows, preds):
+        q = _Query.of(m)
+        below, above = math.log(p.throughput / p.low), math.log(p.high / p.throughput)
+        assert below >= above - 1e-12
+        x0, parts, _ = one_node._scalar(q, one_node.theta_)
+        reasons = one_node._extrapolation(q, parts["cap_share"], parts["over_share"])
+        net = one_node._network_note(q, parts["cap_share"])
+        assert net is not None and net in [n for n, _sd in reasons]
+        core = one_node._half_width(q, [r for r in reasons if r[0] != net], parts["over_share"])
+        linear = Z90 * sd * parts["cap_share"]
+        up = math.log(one_node._scalar(q, one_node._net_theta(Z90))[0] / x0)
+        down = math.log(x0 / one_node._scalar(q, one_node._net_theta(-Z90))[0])
+        assert below == pytest.approx(math.hypot(core, down), rel=1e-9)
+        assert above == pytest.approx(math.hypot(core, up), rel=1e-9)
+        assert up <= linear + 1e-9 and down >= linear - 1e-9
+        if linear > 0.3:  # the network's step: the two sides differ by a lot
+            net_bound += 1
+            assert down - up > 0.2, (m.cluster, m.batch_size, up, down, linear)
+    assert net_bound >= 3
+
+
 def test_a_cloud_without_all_reduce_rows_gets_the_network_prior_width(few_nodes_fit, pollux):
     """The achieved rate across nodes is fitted on Pollux's AWS rows (AWS caps one TCP flow at
     5 Gbit/s): on GCP or Azure it is as unknown as its prior, and the interval says so; on AWS,

@@ -68,3 +68,24 @@ def test_too_many_revocations_never_finish():
     a = risk.assess(1e6, np.array([10.0]), np.array([10.0]), np.array([10.0]), np.array([1.0]),
                     np.array([60.0]), np.array([0.0]), 10.0, deadline_s=1e9)
     assert not np.isfinite(a.time_mean_s[0]) and a.p_deadline[0] == 0.0
+
+
+def test_a_deadline_is_missed_on_the_slow_side_of_the_interval():
+    """An interval that reaches further down than up (an unknown network rate) sets the time's spread
+    by its slow side: the chance of a late finish is that of a symmetric interval as wide as the slow
+    side, whatever the fast side says; a symmetric interval is read as before."""
+    thr = np.array([100.0])
+    args = (np.array([0.0]), np.array([30.0]), np.array([0.0]), 10.0)
+    work, deadline = 1e6, 1.2e4
+
+    def p(low, high):
+        return risk.assess(work, thr, np.array([low]), np.array([high]), *args, deadline_s=deadline,
+                           launch_s=0.0).p_deadline[0]
+
+    skewed = p(50.0, 120.0)
+    assert skewed == pytest.approx(p(50.0, 200.0), rel=1e-12)  # the slow side's symmetric twin
+    assert skewed < p(50.0 * 200.0 / 120.0, 120.0)  # narrower below: more likely in time
+    assert skewed < p(100.0 / 2.0 ** 0.5, 100.0 * 2.0 ** 0.5)  # the same total width, split evenly
+    sigma = np.log(2.0) / risk.Z90
+    assert risk.sigma_from_interval(thr, np.array([50.0]), np.array([200.0]))[0] == pytest.approx(sigma)
+    assert risk.sigma_from_interval(thr, np.array([50.0]), np.array([120.0]))[0] == pytest.approx(sigma)

@@ -108,9 +108,15 @@ def checkpoint_cost_s(gradient_bytes: float, *, anchor: bool = False) -> float:
 
 
 def sigma_from_interval(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Log sd of the throughput for deadline risk: its slow side's (``x / low`` is Z90 sds).
+
+    An interval reaches further below the prediction than above it where a slower network would
+    expose more all-reduce than a faster one could hide (the throughput model's network reason);
+    a late finish comes from that side, so it sets the spread (a symmetric interval's two sides
+    agree)."""
     low = np.maximum(np.minimum(low, x), 1e-12)
     high = np.maximum(high, x)
-    return np.log(high / low) / (2.0 * Z90)
+    return np.maximum(np.log(x / low), np.log(high / low) / 2.0) / Z90
 
 
 @dataclass(frozen=True, kw_only=True)
