@@ -722,7 +722,7 @@ class ThroughputModel:
         line rate; a slower one exposes the all-reduce more and more, and can expose one the backward
         pass hid. So the interval reaches further down than up (ResNet-50 at 57 images per GPU on two
         4-GPU T4 nodes, fitted without Pollux: 0.48 up and 0.84 down in log for this reason, 0.70 each
-        way linearised; Pollux held out then covers 93.5 % of its rows, 96.8 % linearised)."""
+        way linearised; Pollux held out then covers 93.8 % of its rows, 96.8 % linearised)."""
         if net_note is None:
             half = self._half_width(q, notes, over_share)
             return half, half
