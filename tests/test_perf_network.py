@@ -396,8 +396,8 @@ def test_an_unknown_network_rate_widens_the_slow_side_more_than_the_fast_one(pol
         below, above = math.log(p.throughput / p.low), math.log(p.high / p.throughput)
         assert below >= above - 1e-12
         x0, parts, _ = one_node._scalar(q, one_node.theta_)
-        reasons = one_node._extrapolation(q, parts["cap_share"], parts["over_share"])
         net = one_node._network_note(q, parts["cap_share"])
+        reasons = one_node._extrapolation(q, parts["cap_share"], parts["over_share"], net)
         assert net is not None and net in [n for n, _sd in reasons]
         core = one_node._half_width(q, [r for r in reasons if r[0] != net], parts["over_share"])
         linear = Z90 * sd * parts["cap_share"]

@@ -401,8 +401,7 @@ class ThroughputModel:
 
     def fit(self, measurements: list[Measurement]) -> "ThroughputModel":
         """Calibrate on measured rows (each needs ``throughput``); returns ``self``."""
-        for derived in ("_arch_effect_cache", "_net_theta_cache"):  # derived from the state this fit replaces
-            self.__dict__.pop(derived, None)
+        self.__dict__.pop("_arch_effect_cache", None)  # derived from the effects this fit replaces
         # lazy: scipy.optimize only when the model is fitted, not when shipped fits are read
         from scipy.optimize import least_squares
 
@@ -642,18 +641,18 @@ class ThroughputModel:
 
     def _net_theta(self, z: float) -> np.ndarray:
         """The fitted parameters with the achieved inter-node rate ``z`` prior sds above its fit."""
-        cache = self.__dict__.setdefault("_net_theta_cache", {})
-        if z not in cache:
-            theta = np.array(self.theta_, float)
-            theta[an.G_INDEX["log_ar_cap"]] += z * an.PRIOR["log_ar_cap"][1]
-            cache[z] = theta
-        return cache[z]
+        theta = np.array(self.theta_, float)
+        theta[an.G_INDEX["log_ar_cap"]] += z * an.PRIOR["log_ar_cap"][1]
+        return theta
 
-    def _extrapolation(self, q: _Query, cap_share: float = 0.0, over_share: float = 0.0) -> list[tuple[str, float]]:
+    def _extrapolation(self, q: _Query, cap_share: float = 0.0, over_share: float = 0.0,
+                       net_note: str | None = None) -> list[tuple[str, float]]:
         """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds).
 
         ``cap_share``: d log(step) / d log(achieved inter-node rate), the analytical model's
-        ``cap_share`` part (0 for one node, RDMA, or an all-reduce the backward pass hides)."""
+        ``cap_share`` part (0 for one node, RDMA, or an all-reduce the backward pass hides).
+        ``net_note``: :meth:`_network_note` of ``q``, which the caller needs for the interval's
+        sides too."""
         notes: list[tuple[str, float]] = []
         sp = self.spread_log_
         groups = _resolve_groups(q.cluster)
@@ -681,9 +680,8 @@ class ThroughputModel:
             notes.append((f"model {q.model} not in the fitted data (predicted from its FLOPs)", sp["model"]))
         if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
             notes.append((f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}", NODES_LOG))
-        net = self._network_note(q, cap_share)
-        if net is not None:
-            notes.append((net, an.PRIOR["log_ar_cap"][1] * cap_share))
+        if net_note is not None:
+            notes.append((net_note, an.PRIOR["log_ar_cap"][1] * cap_share))
         if self.own_gpus_ or self.own_models_:
             missing = [n for _g, n, _k in groups if n not in self.own_gpus_]
             if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
@@ -786,7 +784,7 @@ class ThroughputModel:
         out = []
         far = []
         for i, q in enumerate(qs):
-            reasons = self._extrapolation(q, float(parts["cap_share"][i]), float(parts["over_share"][i]))
+            reasons = self._extrapolation(q, float(parts["cap_share"][i]), float(parts["over_share"][i]), net_notes[i])
             below, above = self._half_widths(q, reasons, float(parts["over_share"][i]), net_notes[i], tuple(sides[i]))
             notes = [n for n, _sd in reasons]
             if notes:
@@ -853,8 +851,8 @@ class ThroughputModel:
             return self.predict([q], warn=False)[0]
         resolved = _resolve_groups(q.cluster)
         thr, parts, per = self._scalar(q, self.theta_, resolved)
-        reasons = self._extrapolation(q, parts.get("cap_share", 0.0), parts["over_share"])
         net_note = self._network_note(q, parts.get("cap_share", 0.0))
+        reasons = self._extrapolation(q, parts.get("cap_share", 0.0), parts["over_share"], net_note)
         sides = (0.0, 0.0)
         if net_note is not None:
             sides = (max(math.log(self._scalar(q, self._net_theta(Z90), resolved)[0] / thr), 0.0),
