@@ -90,3 +90,26 @@ def test_multi_node_allreduce_is_network_bound_and_tcp_does_not_reach_the_nomina
     # 2 (n-1)/n x 219 MB over 10 Gbit/s take at least ~0.26 s per step: an upper bound.
     S = Workload.from_zoo("bert-base", 32).gradient_bytes / 2.0
     assert slow.throughput <= 4 * 32 / (1.5 * S / 1.25e9) * 1.0001
+
+
+def test_lookup_table_parameters_do_not_speed_up_a_step():
+    # A recommendation model (NCF, DLRM) holds most of its parameters in embedding tables: a
+    # sample reads a few rows and does no arithmetic with the rest. Its arithmetic intensity is
+    # that of the layers that do multiply-adds (at most F / 6 parameters: 2 FLOPs forward and 4
+    # backward per weight and sample), not of its parameters per tensor. Adding 1.5 M table
+    # parameters to the same FLOPs must not make one GPU's step faster, as it did when the
+    # intensity followed the parameter count (Pollux's NCF on T4: 2x over at batch 32k).
+    flops = 2.6e5  # Pollux's NeuMF, forward + backward per sample
+    dense = Workload(model="rec-custom", batch_size=8192, flops_per_sample=flops, param_count=int(flops / 6),
+                     gradient_bytes=4 * flops / 6, tensor_count=12)
+    tables = Workload(model="rec-custom", batch_size=8192, flops_per_sample=flops, param_count=1_600_000,
+                      gradient_bytes=4 * 1_600_000, tensor_count=12)
+    for gpu in ("1xT4", "1xA100"):
+        a, b = predict_throughput(dense, gpu).throughput, predict_throughput(tables, gpu).throughput
+        assert b == pytest.approx(a, rel=1e-9), (gpu, a, b)
+    # Where every parameter does arithmetic, wider layers still raise the intensity.
+    wide = Workload(model="rec-custom", batch_size=8192, flops_per_sample=flops * 40, param_count=1_600_000,
+                    gradient_bytes=4 * 1_600_000, tensor_count=12)
+    narrow = Workload(model="rec-custom", batch_size=8192, flops_per_sample=flops * 40, param_count=int(flops / 6),
+                      gradient_bytes=4 * flops / 6, tensor_count=12)
+    assert predict_throughput(wide, "1xA100").throughput > predict_throughput(narrow, "1xA100").throughput
