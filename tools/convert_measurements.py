@@ -184,11 +184,15 @@ LAMBDA_GPUS = [
     ("RTX 6000 Ada", "RTX6000-Ada"), ("RTX A6000", "RTXA6000"), ("H100 80GB PCIe", "H100-PCIe"),
     ("H100 80GB SXM5", "H100"), ("GH200", "GH200"), ("B200", "B200"), ("A10", "A10"),
 ]
-# (fwd+bwd FLOPs per sample, parameters); see module docstring.
+# (fwd+bwd FLOPs per sample, parameters, parameter tensors); see module docstring. A BERT encoder
+# with its pooler and a question-answering head holds 5 + 16 L + 2 + 2 parameter tensors for L
+# layers: word, position and type embeddings and their LayerNorm (2); per layer query, key, value,
+# attention output, intermediate and output dense layers (weight and bias each) and two LayerNorms;
+# the pooler and qa_outputs dense layers (NVIDIA's and Hugging Face's BertForQuestionAnswering).
 LAMBDA_MODELS = {
-    "resnet50": (3 * 2 * 4.1e9, 25_557_032),
-    "bert_base_squad": (3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000),
-    "bert_large_squad": (3 * 384 * (2 * 302.0e6 + 4 * 24 * 384 * 1024), 340_000_000),
+    "resnet50": (3 * 2 * 4.1e9, 25_557_032, 161),
+    "bert_base_squad": (3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000, 5 + 16 * 12 + 4),
+    "bert_large_squad": (3 * 384 * (2 * 302.0e6 + 4 * 24 * 384 * 1024), 340_000_000, 5 + 16 * 24 + 4),
 }
 
 
@@ -226,7 +230,7 @@ def lambda_rows(data: str) -> list[dict]:
                         cells[(model, max(1, round(float(b) / n)), gpu, n, prec)].append(float(v))
     rows = []
     for (model, b, gpu, n, prec), vals in sorted(cells.items()):
-        flops, params = LAMBDA_MODELS[model]
+        flops, params, tensors = LAMBDA_MODELS[model]
         one = cells.get((model, b, gpu, 1, prec))
         if n > 1 and one and statistics.median(vals) > SUPERLINEAR * n * statistics.median(one):
             # Data parallelism at a fixed per-GPU batch cannot beat n x the 1-GPU rate by more
@@ -236,7 +240,7 @@ def lambda_rows(data: str) -> list[dict]:
             continue
         rows.append(dict(model=model, batch_size=b, cluster=f"1x{gpu}:{n}" if n > 1 else f"1x{gpu}", ps=0,
                          sync="sync", throughput=round(statistics.median(vals), 3), flops_per_sample=round(flops),
-                         param_count=params, precision=prec, source="lambda-dl-benchmark"))
+                         param_count=params, precision=prec, tensor_count=tensors, source="lambda-dl-benchmark"))
     return rows
 
 
@@ -253,7 +257,7 @@ POLLUX_GPUS_PER_NODE = 4
 POLLUX_MODELS = {
     "cifar10": ("resnet18-cifar", 3_328_997_000.0, 11_173_962, 62),
     "imagenet": ("resnet50", 3 * 2 * 4.1e9, 25_557_032, 161),
-    "bert": ("bert_base_squad", 3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000, None),
+    "bert": ("bert_base_squad", 3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000, 5 + 16 * 12 + 4),
     "ncf": ("ncf-neumf", 3 * 2 * 43_297.0, 1_602_657, 12),
 }
 # Arithmetic of each folder's training script (petuum/adaptdl benchmark/models/<folder>/, same
