@@ -530,10 +530,14 @@ def main() -> None:
     qs = [Measurement(model="resnet50", batch_size=64, cluster=ClusterSpec.parse(f"{1 + i % 64}xV100"), ps=i % 3,
                       sync="sync", throughput=None, flops_per_sample=w.flops_per_sample, param_count=w.param_count)
           for i in range(k)]
-    t = time.perf_counter()
-    default_model().predict(qs, warn=False)
-    vec = (time.perf_counter() - t) / k * 1e6
-    print(f"predict_throughput: {per_call:.1f} us/call (memoised repeats), vectorised predict: {vec:.1f} us/row; "
+    times = []
+    for _ in range(3):  # best of three: the machine is shared, and this runs after ten minutes of fits
+        t = time.perf_counter()
+        default_model().predict(qs, warn=False)
+        times.append(time.perf_counter() - t)
+    vec = min(times) / k * 1e6
+    print(f"predict_throughput: {per_call:.1f} us/call (memoised repeats), vectorised predict: {vec:.1f} us/row "
+          f"(best of 3); "
           f"total bench time {time.time() - t0:.0f} s")
     ROWS.append(("speed", k, per_call, vec, math.nan, "< 50 us", ""))
 

@@ -24,7 +24,7 @@ def test_predict_zoo_json(capsys):
                        "--ps", "1", "--sync", "async", "--json")
     assert code in (0, None)
     d = json.loads(out)
-    assert d["low"] < d["throughput"] < d["high"] and d["bottleneck"] in {"compute", "network", "ps", "pcie"}
+    assert d["low"] < d["throughput"] < d["high"] and d["bottleneck"] in {"compute", "memory", "host", "input", "network", "ps", "pcie"}
 
 
 def test_predict_queries_writes_columns_and_refuses_overwrite(tmp_path, capsys):
@@ -56,3 +56,11 @@ def test_validate_prints_per_group(capsys):
                        "--group-by", "ps", "--json")
     d = json.loads(out)
     assert set(d["groups"]) == {"ps=1", "ps=2"} and d["mape"] > 0
+
+
+def test_predict_says_what_the_bottleneck_means_and_what_relieves_it(capsys):
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--batch-size", "1", "--cluster", "1xH100",
+                       "--precision", "fp16")
+    assert code in (0, None)
+    assert "bottleneck host: the host's per-step work and kernel launches: a larger per-GPU batch helps" in \
+        " ".join(out.split())

@@ -113,3 +113,48 @@ def test_lookup_table_parameters_do_not_speed_up_a_step():
     narrow = Workload(model="rec-custom", batch_size=8192, flops_per_sample=flops * 40, param_count=int(flops / 6),
                       gradient_bytes=4 * flops / 6, tensor_count=12)
     assert predict_throughput(wide, "1xA100").throughput > predict_throughput(narrow, "1xA100").throughput
+
+
+def _pred(model: str, batch: int, cluster: str, precision: str):
+    return predict_throughput(Workload.from_zoo(model, batch, precision=precision), cluster)
+
+
+def test_the_bottleneck_says_which_part_of_the_gpu_side_limits_the_step():
+    # Each label is checked against what it claims: what relieves the step and what does not.
+    # host: ResNet-50 at batch 1 waits on the host's per-step work; a GPU with 7.9x the fp16 peak
+    # (H100 against V100) hardly speeds it up.
+    one = _pred("resnet50", 1, "1xH100", "fp16")
+    assert one.bottleneck == "host"
+    assert one.throughput < 1.5 * _pred("resnet50", 1, "1xV100", "fp16").throughput
+    assert _pred("resnet50", 64, "1xH100", "fp16").throughput > 10 * one.throughput  # a larger batch does
+    # input: ImageNet decoding on the host caps ResNet-50 near 3,000 images/s per GPU on a B200
+    # (2.3x an H100's fp16 peak): the B200 gains little over the H100.
+    b200 = _pred("resnet50", 256, "1xB200", "fp16")
+    assert b200.bottleneck == "input"
+    assert b200.throughput < 1.3 * _pred("resnet50", 256, "1xH100", "fp16").throughput
+    # memory: a CIFAR ResNet's narrow layers on an L4 (121 fp16 TFLOPS, 300 GB/s) against a T4
+    # (65 TFLOPS, 320 GB/s): 1.9x the FLOPS buys far less than 1.9x.
+    l4 = _pred("resnet32", 1024, "1xL4", "fp16")
+    assert l4.bottleneck == "memory"
+    assert l4.throughput < 1.4 * _pred("resnet32", 1024, "1xT4", "fp16").throughput
+    # compute: BERT-large's wide GEMMs in fp32 on a V100 (no tensor cores for fp32).
+    assert _pred("bert-large", 32, "1xV100", "fp32").bottleneck == "compute"
+
+
+def test_the_scalar_and_vectorised_paths_name_the_same_gpu_side_bottleneck():
+    from spottrain.perf import default_model
+    from spottrain.perf.throughput import _Query
+    from spottrain.types import ClusterSpec
+
+    m = default_model()
+    seen = set()
+    for model, batch, prec in (("resnet50", 1, "fp16"), ("resnet50", 256, "fp16"), ("resnet32", 1024, "fp16"),
+                               ("bert-large", 32, "fp32")):
+        w = Workload.from_zoo(model, batch, precision=prec)
+        for cluster in ("1xB200", "1xL4", "1xV100", "1xH100+1xT4", "2xL4:4"):
+            q = _Query(model=w.model, batch_size=batch, cluster=ClusterSpec.parse(cluster), ps=0, sync="sync",
+                       flops=w.flops_per_sample, grad=w.gradient_bytes, precision=prec, tensors=w.tensor_count)
+            fast, vec = m.predict_one(q), m.predict([q], warn=False)[0]
+            assert fast.bottleneck == vec.bottleneck, (model, batch, cluster)
+            seen.add(fast.bottleneck)
+    assert {"host", "input", "memory", "compute"} <= seen

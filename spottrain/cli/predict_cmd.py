@@ -161,7 +161,7 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
     """Predict one workload on one cluster (with the own runs' rows of it when the store has some)."""
     from spottrain.perf import predict_throughput
     from spottrain.perf.own_runs import cli_own_runs
-    from spottrain.perf.throughput import ExtrapolationWarning
+    from spottrain.perf.throughput import ExtrapolationWarning, explain_bottleneck
 
     own = cli_own_runs(from_store, workload.model, echo=_echo, cluster=cluster, batch_size=workload.batch_size,
                        precision=workload.precision)
@@ -185,7 +185,9 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
         t.add_column(c, justify="right")
     t.add_row(f"{pred.throughput:,.1f}", f"{pred.low:,.1f} - {pred.high:,.1f}",
               f"{pred.iteration_time_s * 1000:.1f} ms", pred.bottleneck + (" (extrapolated)" if pred.extrapolated else ""))
-    Console().print(t)
+    console = Console()
+    console.print(t)
+    console.print(f"bottleneck {explain_bottleneck(pred.bottleneck)}", highlight=False)
 
 
 def _table(rows, preds, title: str) -> None:

@@ -388,6 +388,18 @@ def fixed_part(t_step0, t_dispatch, t_work, p: float):
     return t_step0 + t_dispatch * (t_dispatch / tot) ** (p - 1.0)
 
 
+GPU_LIMITS = ("compute", "memory", "host", "input")
+"""What sets a step whose GPU side (not its communication) is the bottleneck: the GPU's arithmetic,
+its memory bandwidth (the activation-traffic term above the FLOP term), the host's per-step work and
+kernel dispatch (more than half of the GPU's step), or the host's input pipeline (longer than the
+GPU's step)."""
+
+
+def gpu_limit(t_gpu, t_host, t_fixed, c_flop, m_flop):
+    """Index into :data:`GPU_LIMITS` (floats or arrays); ``t_fixed``: :func:`fixed_part` of ``t_gpu``."""
+    return np.where(t_host > t_gpu, 3, np.where(t_fixed > 0.5 * t_gpu, 2, np.where(m_flop > c_flop, 1, 0)))
+
+
 def work_time(t_step: float, theta, ntens: float) -> float:
     """The GPU-work part of a step of ``t_step`` seconds (the inverse of the step's composition)."""
     t0, t_disp = fixed_times(theta, ntens)
@@ -515,6 +527,9 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_over = (fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
               * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0))
     over = np.where(present, t_over, 0.0).max(axis=1) / t_w
+    kinds = gpu_limit(t_gpu, t_host, fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov),
+                      c_flop, m_flop)
+    slowest = np.where(present, t_comp, -np.inf).argmax(axis=1)
     # d log T / d log(TCP cap): the rate is the harmonic sum of the line rate and the cap, so
     # d log(rate) / d log(cap) = rate / cap and the bandwidth term k S / rate moves by k S / cap.
     cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max) & (nominal < RDMA_GBPS),
@@ -523,20 +538,16 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
                          0.0)
     parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
                  t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
-                 t_w=t_w, over_share=np.minimum(over, 1.0), cap_share=cap_share)
+                 t_w=t_w, over_share=np.minimum(over, 1.0), cap_share=cap_share,
+                 gpu_limit=kinds[np.arange(len(slowest)), slowest])
     return x, parts
 
 
 def bottleneck(row_ps: int, parts: dict, i: int) -> str:
-    """Name the resource that limits row ``i``: compute, network, ps or pcie."""
-    tc = parts["t_comp"][i]
-    if row_ps == 0:
-        times = {"compute": tc, "network": parts["t_inter"][i], "pcie": parts["t_intra"][i]}
-        return max(times, key=times.get)
-    times = {"compute": tc, "network": parts["t_nic"][i], "pcie": parts["t_intra"][i], "ps": parts["t_ps"][i]}
-    if parts["ps_util"][i] > 0.8:
-        return "ps"
-    return max(times, key=times.get)
+    """Name the resource that limits row ``i``: network, pcie, ps, or one of :data:`GPU_LIMITS`."""
+    keys = ("t_comp", "t_inter", "t_intra", "gpu_limit") if row_ps == 0 else \
+        ("t_comp", "t_nic", "t_intra", "t_ps", "ps_util", "gpu_limit")
+    return bottleneck_of(row_ps, {k: parts[k][i] for k in keys})
 
 
 @dataclass(frozen=True)
@@ -577,7 +588,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
     p_ov = overlap_p(theta)
     pw_d0, pw_beta = power_limit(theta)
-    tc, ti, tn, to = [], [], [], []
+    tc, ti, tn, to, lim = [], [], [], [], []
     grad_ar = grad * ar16_fraction(g["g16"]) if fp16 else grad
     for gr in groups:
         inv_peak = f * math.exp(-gr.log_p) + (1.0 - f) * math.exp(-gr.log_p32)
@@ -589,7 +600,9 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
         t_gpu = dispatch_step(t_step0, t_fixed, t_work, p_ov)
         tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
-        to.append(fixed_part(t_step0, t_fixed, t_work, p_ov) * (t_gpu / tc[-1]) ** (SOFTMAX_P - 1.0))
+        fixed = fixed_part(t_step0, t_fixed, t_work, p_ov)
+        to.append(fixed * (t_gpu / tc[-1]) ** (SOFTMAX_P - 1.0))
+        lim.append(int(gpu_limit(t_gpu, t_host, fixed, c_flop, m_flop)))
         G = gr.gpn
         if G > 1:
             link = max(gr.link_gbs * math.exp(gr.link_effect) * link_eff, float(host_staged_gbs(gr.pcie_gbs, G)))
@@ -600,6 +613,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     N = sum(gr.count for gr in groups)
     gpus = sum(gr.count * gr.gpn for gr in groups)
     tc_max, ti_max = max(tc), max(ti)
+    limit = lim[tc.index(tc_max)]
     if ps == 0:
         nominal = min(gr.net_gbs for gr in groups) * 8.0
         line = LINE_EFF * nominal
@@ -620,7 +634,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
             slope = (1.0 - phi if t_ar < (2.0 / 3.0) * tc_max else 1.0) if overlapped else 1.0 / n_b
             cap_share = slope * 2.0 * (gpus - 1) / gpus * grad_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T,
-                             over_share=min(max(to) / T, 1.0), cap_share=cap_share), per
+                             over_share=min(max(to) / T, 1.0), cap_share=cap_share, gpu_limit=limit), per
     k = float(max(ps, 1))
     kb = min(max(g["kappa"], 0.0), 1.0)
     bshare, tshare = ps_share if ps_share is not None else (k ** -kb, 1.0 / k)
@@ -640,21 +654,22 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         per = [X * s / tot * gr.gpn * b for gr, s in zip(groups, shares)]
         x_total = sum(per)
         parts = dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=R, ps_util=X * D, t_w=Z_max + R,
-                     over_share=min(max(to) / (Z_max + R), 1.0))
+                     over_share=min(max(to) / (Z_max + R), 1.0), gpu_limit=limit)
         return x_total, parts, per
     T = Z_max + N * D
     x_total = gpus * b / T
     per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
     return x_total, dict(t_comp=tc_max, t_nic=max(tn), t_intra=ti_max, t_ps=N * D, ps_util=N * D / T, t_w=T,
-                         over_share=min(max(to) / T, 1.0)), per
+                         over_share=min(max(to) / T, 1.0), gpu_limit=limit), per
 
 
 def bottleneck_of(ps: int, parts: dict) -> str:
-    """:func:`bottleneck` for the parts of :func:`predict_one`."""
+    """:func:`bottleneck` for the parts of one configuration (:func:`predict_one`'s)."""
     if ps == 0:
         times = {"compute": parts["t_comp"], "network": parts["t_inter"], "pcie": parts["t_intra"]}
-        return max(times, key=times.get)
-    if parts["ps_util"] > 0.8:
+    elif parts["ps_util"] > 0.8:
         return "ps"
-    times = {"compute": parts["t_comp"], "network": parts["t_nic"], "pcie": parts["t_intra"], "ps": parts["t_ps"]}
-    return max(times, key=times.get)
+    else:
+        times = {"compute": parts["t_comp"], "network": parts["t_nic"], "pcie": parts["t_intra"], "ps": parts["t_ps"]}
+    name = max(times, key=times.get)
+    return GPU_LIMITS[int(parts["gpu_limit"])] if name == "compute" else name

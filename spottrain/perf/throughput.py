@@ -12,7 +12,7 @@ Example::
 
     >>> from spottrain.perf import predict_throughput, Workload
     >>> p = predict_throughput(Workload.from_zoo("resnet50", 64), "4xV100", ps=1, sync="async")
-    >>> p.bottleneck in {"compute", "network", "ps", "pcie"}
+    >>> p.bottleneck in {"compute", "memory", "host", "input", "network", "ps", "pcie"}
     True
 """
 
@@ -144,6 +144,23 @@ def _regime_widths(queries: list, log_residuals, *, scale: float, floor: float) 
     return out
 
 
+BOTTLENECKS = {
+    "compute": "the GPUs' arithmetic: more GPUs, or GPUs with a higher peak at this precision, help",
+    "memory": "the GPUs' memory bandwidth: a GPU with more of it helps more than one with more FLOPS",
+    "host": "the host's per-step work and kernel launches: a larger per-GPU batch helps, a faster GPU hardly does",
+    "input": "the host's input pipeline (decoding, augmentation): more CPU cores per GPU or pre-processed data help",
+    "network": "gradient traffic between nodes: fewer, larger nodes or a faster network help",
+    "pcie": "the GPU-to-GPU link inside a node: NVLink nodes or fewer GPUs per node help",
+    "ps": "the parameter servers: more servers help",
+}
+"""What each bottleneck name means and what relieves it (``spottrain predict`` and ``plan`` say it)."""
+
+
+def explain_bottleneck(name: str) -> str:
+    """``name: what it means and what helps`` (the name alone when it is not one of :data:`BOTTLENECKS`)."""
+    return f"{name}: {BOTTLENECKS[name]}" if name in BOTTLENECKS else name
+
+
 class ExtrapolationWarning(UserWarning):
     """A prediction is far outside the range the model was fitted on."""
 
@@ -161,7 +178,8 @@ class ThroughputPrediction:
     iteration_time_s: float
     """Seconds per step of one worker (sync: of the cluster)."""
     bottleneck: str
-    """``compute``, ``network``, ``ps`` or ``pcie`` (intra-node link)."""
+    """What limits the step, one of :data:`BOTTLENECKS`: the GPU side (``compute``, ``memory``,
+    ``host``, ``input``) or communication (``network``, ``ps``, ``pcie`` = intra-node link)."""
     extrapolated: bool = False
     """True when the query is outside the fitted range (interval widened)."""
     notes: tuple[str, ...] = ()

@@ -19,6 +19,7 @@ from spottrain.catalog import load_catalog
 from spottrain.catalog.offers import without_outlier_spot_prices
 from spottrain.errors import InfeasibleError, InputError
 from spottrain.plan_file import Plan
+from spottrain.perf.throughput import explain_bottleneck
 from spottrain.planner.other_systems import run_baselines
 from spottrain.planner.engine import (
     ONE_JOB,
@@ -273,7 +274,8 @@ def explain(ctx: Context, best: Outcome, base: dict[str, Any], runners: list[Out
                      f"{describe(ctx, best)}, expected {format_duration(best.time_mean_s)} and "
                      f"{format_usd(best.cost_usd)}.")
     revs = plural(best.revocations, "revocation", show=False)
-    parts.append(f"Bottleneck: {best.bottleneck}; {format_count(best.revocations)} {revs} expected.")
+    parts.append(f"Bottleneck: {explain_bottleneck(best.bottleneck)}; {format_count(best.revocations)} {revs} "
+                 "expected.")
     od = base.get("cheapest-on-demand")
     if od is not None and not isinstance(od, str) and lim.deadline_s is not None and od.prediction.cost_usd > 0:
         saving = 1.0 - best.cost_usd / od.prediction.cost_usd
