@@ -46,3 +46,14 @@ def test_report_headline_matches_the_plan_json_without_a_browser():
     assert "e-" not in " ".join(t for _, t in cells.values())
     assert 'data-source="simulation"' in page
     assert html.escape(data["headline"]["evidence"]["headline"]) in page
+
+
+def test_report_and_explanation_say_what_the_bottleneck_means():
+    from spottrain.perf.throughput import BOTTLENECKS
+
+    data, report = refined_plan_with_report()
+    name = data["plan"]["prediction"]["bottleneck"]
+    assert name in BOTTLENECKS
+    page = html.unescape(report.read_text())
+    assert f"{name}: {BOTTLENECKS[name]}" in page
+    assert f"Bottleneck: {name}: {BOTTLENECKS[name]}" in data["explanation"]

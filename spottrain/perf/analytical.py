@@ -581,7 +581,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     x = min(max(g["c0"] + g["w_size"] * (math.log(work) - SIZE_REF), -30.0), 30.0)
     eff = 1.0 / (1.0 + math.exp(-x))
     f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
-    log_ai = g["log_ai"] + g["w_ai"] * (math.log(min(grad / 4.0, flops / FLOPS_PER_PARAM) / ntens) - WIDTH_REF) + (math.log(2.0) if fp16 else 0.0)
+    width = math.log(min(grad / 4.0, flops / FLOPS_PER_PARAM) / ntens) - WIDTH_REF  # as log_width
+    log_ai = g["log_ai"] + g["w_ai"] * width + (math.log(2.0) if fp16 else 0.0)
     ai = math.exp(log_ai)
     t_step0, t_fixed = fixed_times(theta, ntens, study_over)
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spottrain.plan_file import Plan
+from spottrain.perf.throughput import explain_bottleneck
 from spottrain.planner.evidence import headline, headline_lines, headline_rows
 from spottrain.report.document import Report
 from spottrain.report.plots import pareto_plot
@@ -60,7 +61,8 @@ def write_report(result: Any, path: str | Path, *, force: bool = False, refineme
         ("cluster", best.label),
         ("throughput (performance model)", f"{p.throughput_samples_per_s:,.0f} samples/s "
                                            f"({p.throughput_low:,.0f}-{p.throughput_high:,.0f})"),
-        ("bottleneck", p.bottleneck), ("checkpoint interval", format_interval(best.checkpoint_interval_s)),
+        ("bottleneck", explain_bottleneck(p.bottleneck)),
+        ("checkpoint interval", format_interval(best.checkpoint_interval_s)),
         ("recovery policy", best.policy))]
     r.add_section("Chosen plan", html_fragment=headline_html(hl), table=rows)
     r.add_section("How the planner explains it", text=result.explanation)
