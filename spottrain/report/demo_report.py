@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spottrain.perf.throughput import explain_bottleneck
 from spottrain.report.document import Report, table_html
 from spottrain.report.plots import distribution_plot, lifetime_plot, pareto_plot, throughput_plot, timeline_plot
 from spottrain.units import format_count, format_duration, format_interval, format_probability, format_rate, format_usd
@@ -115,7 +116,7 @@ def _plan(r: Report, result: dict[str, Any]) -> None:
         ("cluster", data.get("label")),
         ("samples to train", f"{data['samples_total']:,.0f}"),
         ("deadline", f"{format_duration(data['deadline_s'])} at {format_probability(data.get('confidence'))}"),
-        ("bottleneck", pred.get("bottleneck")),
+        ("bottleneck", explain_bottleneck(pred["bottleneck"]) if pred.get("bottleneck") else None),
         ("checkpoint interval", format_interval(plan["checkpoint_interval_s"]) if plan.get("checkpoint_interval_s") else None),
         ("recovery policy (plan, simulation and local run)", plan.get("policy")))]
 
