@@ -268,26 +268,33 @@ def test_the_network_share_is_the_steps_elasticity_to_the_achieved_rate():
     mostly hidden behind the backward pass moves the step by (1 - phi) of itself."""
     theta = np.array([an.PRIOR[n][0] for n in an.GLOBALS])
 
-    def step(net_gbps: float, grad: float, b: int, nodes: int, d: float = 0.0) -> tuple[float, float]:
+    def step(net_gbps: float, grad: float, b: int, nodes: int, d: float = 0.0, rate: str = "log_ar_cap",
+             link_gbs: float = 16.0) -> tuple[float, float]:
         th = theta.copy()
-        th[an.G_INDEX["log_ar_cap"]] += d
+        th[an.G_INDEX[rate]] += d
         group = an.GroupInput(count=nodes, gpn=4, log_p=math.log(65.0), log_p32=math.log(8.1),
-                              log_bw=math.log(320.0), link_gbs=16.0, net_gbs=net_gbps / 8.0, effect=0.0,
+                              log_bw=math.log(320.0), link_gbs=link_gbs, net_gbs=net_gbps / 8.0, effect=0.0,
                               link_effect=0.0, pcie_gbs=16.0)
         _x, parts, _per = an.predict_one(th, [group], b=b, flops=24.6e9, grad=grad, ntens=161, fp16=False,
                                          ps=0, asyn=False, model_effect=0.0)
         return parts["t_w"], parts["cap_share"]
 
-    shares = {}
-    for case in ((50.0, 440e6, 8, 2), (50.0, 100e6, 200, 8), (50.0, 6.4e6, 32, 8), (50.0, 100e6, 4, 16),
-                 (400.0, 440e6, 8, 2)):
-        _t, share = step(*case)
+    def elasticity(case, **kw) -> float:
         eps = 1e-5
-        elasticity = (math.log(step(*case, d=eps)[0]) - math.log(step(*case, d=-eps)[0])) / (2 * eps)
-        assert share == pytest.approx(-elasticity, abs=1e-4), case  # a faster network, a shorter step
+        return (math.log(step(*case, d=eps, **kw)[0]) - math.log(step(*case, d=-eps, **kw)[0])) / (2 * eps)
+
+    shares = {}
+    for case in ((50.0, 440e6, 8, 2), (50.0, 100e6, 200, 8), (50.0, 6.4e6, 32, 8), (50.0, 100e6, 4, 16)):
+        _t, share = step(*case)
+        assert share == pytest.approx(-elasticity(case), abs=1e-4), case  # a faster network, a shorter step
         shares[case] = share
-    assert shares[(400.0, 440e6, 8, 2)] == 0.0  # RDMA: the line rate, no TCP cap
     assert shares[(50.0, 440e6, 8, 2)] > 0.3  # BERT-sized gradients over two nodes: the network's step
+    # RDMA nodes (400 Gbit/s, NVLink inside): no TCP cap; the share is the elasticity to the
+    # fraction of the line rate reached.
+    rdma = (400.0, 440e6, 8, 2)
+    _t, share = step(*rdma, link_gbs=300.0)
+    assert elasticity(rdma, link_gbs=300.0) == pytest.approx(0.0, abs=1e-9)
+    assert share > 0.1 and share == pytest.approx(-elasticity(rdma, link_gbs=300.0, rate="log_rdma_eff"), abs=1e-4)
 
 
 def test_the_network_share_of_both_paths_agrees(pollux):
@@ -467,3 +474,59 @@ def test_predict_cloud_flag(capsys, tmp_path):
     assert code == 2 and "--queries and --cloud contradict" in err
     code, out, _ = run(capsys, "predict", "--queries", str(q), "--json", "--no-from-store")
     assert code in (0, None) and "not on gcp" in out
+
+
+def _rdma_query(m, nodes: int):
+    """Pollux's one-GPU BERT row moved onto ``nodes`` one-H100 nodes of 400 Gbit/s (RDMA: EFA,
+    InfiniBand): a fast GPU, nothing but the network between the GPUs, the network the step."""
+    return dataclasses.replace(m, cluster=ClusterSpec.parse(f"{nodes}xH100"), network_gbps=400.0, cloud=None,
+                               throughput=None, step_time_s=None, sync_time_s=None)
+
+
+def test_rdma_nodes_reach_part_of_their_line_rate_and_say_it_is_a_prior(few_nodes_fit, pollux):
+    """No shipped row measures an all-reduce over RDMA: its rate is the prior's fraction of the line
+    rate (about half, as published nccl-tests runs on p4dn and p5 reach), the interval carries that
+    prior on both sides, the slow side wider, and both paths agree."""
+    from spottrain.perf.throughput import _Query
+
+    assert not few_nodes_fit.ar_rdma_
+    assert float(an.achieved_gbps(400.0, 0.0)) == pytest.approx(400.0 * math.exp(an.PRIOR["log_rdma_eff"][0]))
+    row = next(m for m in pollux if m.model == "bert_base_squad" and m.cluster.nodes == 1 and m.batch_size == 4)
+    q = _rdma_query(row, 2)
+    p = few_nodes_fit.predict([q], warn=False)[0]
+    assert any("no all-reduce over RDMA" in n for n in p.notes)
+    assert math.log(p.throughput / p.low) > math.log(p.high / p.throughput) + 0.05
+    fast = few_nodes_fit.predict_one(_Query.of(q))
+    assert fast.low == pytest.approx(p.low, rel=1e-9) and fast.high == pytest.approx(p.high, rel=1e-9)
+    # One node has no all-reduce across nodes: nothing to say about the network.
+    one = few_nodes_fit.predict([_rdma_query(row, 1)], warn=False)[0]
+    assert not any("RDMA" in n for n in one.notes)
+
+
+def test_rows_across_rdma_nodes_fit_their_fraction_of_the_line_rate(few_nodes_fit, pollux):
+    """A user's rows across RDMA nodes calibrate the fraction. The rows here are synthetic: predicted
+    by the calibration with the fraction set to 0.3, then fitted over the calibration (prior 0.55)."""
+    truth = ThroughputModel.from_dict(few_nodes_fit.to_dict())
+    truth.theta_[an.G_INDEX["log_rdma_eff"]] = math.log(0.3)
+    base = [m for m in pollux if m.model == "bert_base_squad" and m.cluster.nodes == 1 and m.cluster.total_gpus == 1]
+    queries = [_rdma_query(m, n) for m in base for n in (2, 3, 4)]
+    synthetic_rows = [dataclasses.replace(q, throughput=p.throughput)
+                      for q, p in zip(queries, truth.predict(queries, warn=False))]
+    user = ThroughputModel(prior=few_nodes_fit, folds=0, correction="none").fit(synthetic_rows)
+    assert user.ar_rdma_
+    fitted = math.exp(user.theta_[an.G_INDEX["log_rdma_eff"]])
+    assert 0.2 < fitted < 0.4, fitted
+    p = user.predict([queries[0]], warn=False)[0]
+    assert not any("RDMA" in n for n in p.notes)
+
+
+def test_an_rdma_ring_step_costs_microseconds_not_a_tcp_round_trip():
+    """NCF's one 6 MB bucket over 8 nodes: 14 ring steps between nodes. Over TCP each pays the
+    fitted socket latency (~0.4 ms); over RDMA NCCL's ~20 us. The sync time says so."""
+    from spottrain.perf import Workload, predict_throughput
+
+    w = Workload(model="ncf-custom", batch_size=512, flops_per_sample=2.6e5, param_count=1_602_657,
+                 gradient_bytes=4 * 1_602_657, tensor_count=12)
+    tcp = predict_throughput(w, "8xT4", network_gbps=100.0)
+    rdma = predict_throughput(w, "8xT4", network_gbps=400.0)
+    assert rdma.sync_time_s < 1e-3 < tcp.sync_time_s

@@ -82,10 +82,13 @@ fitted global g16 saying where between the two the measured frameworks sit.
   of what is sold (AWS caps one flow at 5 Gbit/s outside a cluster placement group, a tenth of a
   g4dn.12xlarge's 50; Pollux's g4dn all-reduce fits C ~ 5 Gbit/s). The harmonic sum is a smooth
   minimum: a 10 Gbit/s node is held near its line rate, a 50 Gbit/s one near C. Nodes of
-  RDMA_GBPS and more (p4d/p5 with EFA, InfiniBand hosts) do not go through TCP: B_eff = 0.9 B_node
-  there (no shipped row measures them: their interval says so). n_b = ceil(S / 25 MB) gradient buckets
+  RDMA_GBPS and more (p4d/p5 with EFA, InfiniBand hosts) do not go through TCP: B_eff = r B_node
+  there, r (``rdma_eff``) the fraction of the line rate NCCL's ring reaches over RDMA (prior 0.55,
+  at most 0.9: published nccl-tests runs on p4dn and p5 reach 0.3-0.6; no shipped row measures
+  one, so their interval carries that prior's width, and a user's rows fit it). n_b = ceil(S / 25 MB) gradient buckets
   (PyTorch DDP's default bucket size), each a ring of 2 (n-1) steps of which 2 (N-1) cross the
-  network and pay its latency alpha (``ar_lat``, fitted over TCP); the steps inside a node (NVLink,
+  network and pay its latency alpha (``ar_lat``, fitted over TCP; RDMA_LAT_S = 20 us over RDMA, NCCL's
+  own figure); the steps inside a node (NVLink,
   PCIe, shared memory: microseconds) are left out, as NCCL's own cost model does (intra- and
   inter-node latencies per ring step). Pollux's NCF (one 6 MB bucket) syncs in 20-24 ms over 8
   nodes whether they hold 8 or 32 GPUs. Communication overlaps the backward pass (DDP launches a
@@ -161,7 +164,9 @@ GLOBALS = ("log_level", "c0", "log_ai", "lam16", "lam_tf32", "log_tau", "w_size"
            # Power-limited clocks of GDDR boards: the power density below which they throttle, how steeply.
            "log_pw_d0", "pw_beta",
            # Overlap of one node's all-reduce with the backward pass (phi is several nodes').
-           "phi_intra")
+           "phi_intra",
+           # Achieved fraction of the line rate of an all-reduce across RDMA nodes (EFA, InfiniBand).
+           "log_rdma_eff")
 # Prior mean and standard deviation of each global parameter (physics defaults).
 PRIOR = {
     # c0 = logit of the fraction of peak of large GEMM-like steps (~0.7); arithmetic intensity of
@@ -228,10 +233,21 @@ PRIOR = {
     "pw_beta": (0.5, 0.2),
     # The same prior as phi's: nothing says beforehand how far SM contention cuts the overlap.
     "phi_intra": (0.5, 0.3),
+    # Fraction of the line rate an NCCL all-reduce across RDMA nodes achieves (ring bus bandwidth
+    # over the node's NIC rate). No shipped row measures one; published nccl-tests runs on clouds
+    # reach 0.3-0.6 (4 p4dn.24xlarge, 400 Gbit/s EFA: 29.6 GB/s of 50 at 1 GB, NVIDIA/nccl#527;
+    # p5.48xlarge, 3,200 Gbit/s: 92-125 GB/s of 400, aws/aws-k8s-tester#503; p3dn, 100 Gbit/s EFA:
+    # 60 Gbit/s with the ring, NVIDIA/nccl-tests#22) and tuned InfiniBand pods ~0.9. Prior 0.55,
+    # x/1.65 at one sd; held below LINE_EFF.
+    "log_rdma_eff": (math.log(0.55), 0.5),
 }
 BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's default gradient bucket (bucket_cap_mb = 25)
 LINE_EFF = 0.9  # fraction of the line rate a bulk transfer reaches when nothing else limits it
 RDMA_GBPS = 200.0  # nodes with this much network or more (EFA, InfiniBand) run collectives over RDMA, not TCP
+# Latency of one ring step between RDMA nodes: NCCL's own tuning model charges 9.6 us per network
+# step of a ring (simple protocol, src/graph/tuning.cc hwLat) and x1.9 on multi-node rings (the
+# "plateau effect"). ar_lat is fitted over TCP sockets (~0.4 ms), twenty times that.
+RDMA_LAT_S = 2e-5
 
 
 def _exposed_slope(unhidden, t_ar, t_comp, n_b, phi):
@@ -241,11 +257,12 @@ def _exposed_slope(unhidden, t_ar, t_comp, n_b, phi):
     return np.where(overlapped, np.where(t_ar < (2.0 / 3.0) * t_comp, 1.0 - phi, 1.0), 1.0 / n_b)
 
 
-def achieved_gbps(nominal_gbps, log_cap: float):
+def achieved_gbps(nominal_gbps, log_cap: float, log_rdma: float = PRIOR["log_rdma_eff"][0]):
     """Per-node rate (Gbit/s) an inter-node all-reduce achieves on a NIC sold at ``nominal_gbps``."""
-    line = LINE_EFF * np.asarray(nominal_gbps, float)
+    nominal = np.asarray(nominal_gbps, float)
+    line = LINE_EFF * nominal
     tcp = 1.0 / (1.0 / line + 1.0 / math.exp(log_cap))
-    return np.where(np.asarray(nominal_gbps) >= RDMA_GBPS, line, tcp)
+    return np.where(nominal >= RDMA_GBPS, nominal * min(math.exp(log_rdma), LINE_EFF), tcp)
 PIX_REF = 3 * 224 * 224  # input elements of one ImageNet training image
 SOFTMAX_P = 6.0  # sharpness of the smooth max of GPU time and input-pipeline time
 ROOF_P = 2.0  # the compute and memory-traffic times of a step combine as a 2-norm (see the module docstring)
@@ -482,10 +499,11 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     # All-reduce rows: the slowest node's NIC at the achieved fraction, plus a latency per bucket and ring step between nodes.
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
     nominal = np.where(present, enc.net, big).min(axis=1) * 8.0  # the slowest node's NIC, Gbit/s
-    net_min = achieved_gbps(nominal, g["log_ar_cap"]) / 8.0 * 1e9
+    rdma = nominal >= RDMA_GBPS
+    net_min = achieved_gbps(nominal, g["log_ar_cap"], g["log_rdma_eff"]) / 8.0 * 1e9
     n_b = np.maximum(np.ceil(S_ar / BUCKET_BYTES), 1.0)
-    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min
-                       + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"]), 0.0)
+    lat = np.where(rdma, RDMA_LAT_S, math.exp(g["log_ar_lat"]))
+    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min + n_b * 2.0 * (N - 1) * lat, 0.0)
     t_intra_max = np.where(present, t_intra, 0.0).max(axis=1)
     t_ar = np.maximum(t_intra_max, t_inter)
     unhidden = t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max)
@@ -532,9 +550,12 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     slowest = np.where(present, t_comp, -np.inf).argmax(axis=1)
     # d log T / d log(TCP cap): the rate is the harmonic sum of the line rate and the cap, so
     # d log(rate) / d log(cap) = rate / cap and the bandwidth term k S / rate moves by k S / cap.
-    cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max) & (nominal < RDMA_GBPS),
+    # Over RDMA the rate is proportional to its fraction (below LINE_EFF): the whole bandwidth term moves.
+    moves = np.where(rdma, (math.exp(g["log_rdma_eff"]) < LINE_EFF) / np.maximum(net_min * 8e-9, 1e-30),
+                     1.0 / math.exp(g["log_ar_cap"]))
+    cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max),
                          _exposed_slope(unhidden, t_ar, tc_max, n_b, phi)
-                         * 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T_ar,
+                         * 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar * 8e-9 * moves / T_ar,
                          0.0)
     parts = dict(t_comp=tc_max, t_comm_ar=t_ar, t_sync=t_exposed, t_inter=t_inter, t_intra=t_intra_max, ps_util=ps_busy,
                  t_ps=np.where(enc.asyn, R, N * D), t_nic=np.where(present, t_nic, 0.0).max(axis=1),
@@ -618,10 +639,13 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     if ps == 0:
         nominal = min(gr.net_gbs for gr in groups) * 8.0
         line = LINE_EFF * nominal
-        net_min = (line if nominal >= RDMA_GBPS else 1.0 / (1.0 / line + math.exp(-g["log_ar_cap"]))) / 8.0 * 1e9
+        rdma = nominal >= RDMA_GBPS
+        rdma_eff = min(math.exp(g["log_rdma_eff"]), LINE_EFF)
+        net_gbps = nominal * rdma_eff if rdma else 1.0 / (1.0 / line + math.exp(-g["log_ar_cap"]))
+        net_min = net_gbps / 8.0 * 1e9
         n_b = max(math.ceil(grad_ar / BUCKET_BYTES), 1)
-        t_inter = (2.0 * (gpus - 1) / gpus * grad_ar / net_min + n_b * 2.0 * (N - 1) * math.exp(g["log_ar_lat"])
-                   if N > 1 else 0.0)
+        lat = RDMA_LAT_S if rdma else math.exp(g["log_ar_lat"])
+        t_inter = 2.0 * (gpus - 1) / gpus * grad_ar / net_min + n_b * 2.0 * (N - 1) * lat if N > 1 else 0.0
         t_ar = max(ti_max, t_inter)
         phi = min(max(g["phi"] if N > 1 else g["phi_intra"], 0.0), 1.0)
         unhidden = t_ar - phi * min(t_ar, (2.0 / 3.0) * tc_max)
@@ -629,11 +653,13 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         T = tc_max + t_sync
         x_total = gpus * b / T
         per = [x_total * gr.count * gr.gpn / gpus for gr in groups]
-        cap_share = 0.0  # d log T / d log(TCP cap): the same as evaluate's, in plain Python
-        if N > 1 and t_inter >= ti_max and nominal < RDMA_GBPS:
+        cap_share = 0.0  # d log T / d log(TCP cap or RDMA fraction): the same as evaluate's, in plain Python
+        if N > 1 and t_inter >= ti_max:
             overlapped = unhidden >= t_ar / n_b
             slope = (1.0 - phi if t_ar < (2.0 / 3.0) * tc_max else 1.0) if overlapped else 1.0 / n_b
-            cap_share = slope * 2.0 * (gpus - 1) / gpus * grad_ar * 8e-9 / math.exp(g["log_ar_cap"]) / T
+            moves = (float(math.exp(g["log_rdma_eff"]) < LINE_EFF) / net_gbps if rdma
+                     else 1.0 / math.exp(g["log_ar_cap"]))
+            cap_share = slope * 2.0 * (gpus - 1) / gpus * grad_ar * 8e-9 * moves / T
         return x_total, dict(t_comp=tc_max, t_inter=t_inter, t_intra=ti_max, t_sync=t_sync, t_w=T,
                              over_share=min(max(to) / T, 1.0), cap_share=cap_share, gpu_limit=limit), per
     k = float(max(ps, 1))

@@ -533,6 +533,8 @@ class ThroughputModel:
         self.ar_nodes_ = max([q.cluster.nodes for q in queries if q.ps == 0] or [0])
         # Clouds whose TCP all-reduce across nodes the rows measured ("" for rows that do not say).
         self.ar_clouds_ = {q.clouds or "" for q in queries if q.tcp_across_nodes}
+        # Whether any row measured an all-reduce across RDMA nodes (EFA, InfiniBand): none shipped does.
+        self.ar_rdma_ = any(q.ps == 0 and q.cluster.nodes > 1 and not q.tcp_across_nodes for q in queries)
         self.fast_paths_ = sorted({_path(q, name) for q in queries for _g, name, _n in _resolve_groups(q.cluster)})
         # Robust spread (1.4826 x median |effect|): one outlying model (NCF's per-step overheads) must not
         # widen every unseen model's interval.
@@ -567,6 +569,7 @@ class ThroughputModel:
             self.fitted_pairs_ |= set(p.fitted_pairs_)
             self.ar_nodes_ = max(self.ar_nodes_, p.ar_nodes_)
             self.ar_clouds_ = self.ar_clouds_ | set(p.ar_clouds_)
+            self.ar_rdma_ = self.ar_rdma_ or p.ar_rdma_
             self.fast_paths_ = sorted(set(self.fast_paths_) | set(p.fast_paths_))
             if len(rows) < 10:
                 # A handful of rows shows nothing of the configurations they do not measure: the
@@ -658,9 +661,11 @@ class ThroughputModel:
             raise NotFittedError("ThroughputModel.predict called before fit()")
 
     def _net_theta(self, z: float) -> np.ndarray:
-        """The fitted parameters with the achieved inter-node rate ``z`` prior sds above its fit."""
+        """The fitted parameters with the achieved inter-node rate ``z`` prior sds above its fit: the
+        TCP cap and the RDMA fraction both (a query's slowest node goes through one of the two)."""
         theta = np.array(self.theta_, float)
-        theta[an.G_INDEX["log_ar_cap"]] += z * an.PRIOR["log_ar_cap"][1]
+        for name in ("log_ar_cap", "log_rdma_eff"):
+            theta[an.G_INDEX[name]] += z * an.PRIOR[name][1]
         return theta
 
     def _extrapolation(self, q: _Query, cap_share: float = 0.0, over_share: float = 0.0,
@@ -668,7 +673,7 @@ class ThroughputModel:
         """Why ``q`` lies outside what the fit has seen: (note, log standard deviation it adds).
 
         ``cap_share``: d log(step) / d log(achieved inter-node rate), the analytical model's
-        ``cap_share`` part (0 for one node, RDMA, or an all-reduce the backward pass hides).
+        ``cap_share`` part (0 for one node or an all-reduce the backward pass hides).
         ``net_note``: :meth:`_network_note` of ``q``, which the caller needs for the interval's
         sides too."""
         notes: list[tuple[str, float]] = []
@@ -699,7 +704,8 @@ class ThroughputModel:
         if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
             notes.append((f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}", NODES_LOG))
         if net_note is not None:
-            notes.append((net_note, an.PRIOR["log_ar_cap"][1] * cap_share))
+            rate = "log_ar_cap" if q.tcp_across_nodes else "log_rdma_eff"
+            notes.append((net_note, an.PRIOR[rate][1] * cap_share))
         if self.own_gpus_ or self.own_models_:
             missing = [n for _g, n, _k in groups if n not in self.own_gpus_]
             if self.own_configs_ and not missing and q.model in self.own_models_ and _config_key(q) not in self.own_configs_:
@@ -718,6 +724,9 @@ class ThroughputModel:
         """Why the rate ``q``'s all-reduce across nodes achieves is only its prior's, or ``None``."""
         if q.ps == 0 and q.cluster.nodes > 1 and self.ar_nodes_ <= 1:
             return "no all-reduce across nodes in the fitted data (achieved network rate from its prior)"
+        if cap_share > 0.0 and not q.tcp_across_nodes:
+            return None if self.ar_rdma_ else \
+                "no all-reduce over RDMA (EFA, InfiniBand) in the fitted data (achieved network rate from its prior)"
         if cap_share > 0.0 and self.ar_clouds_ and "" not in self.ar_clouds_:
             # The achieved rate is the fitted clouds' (AWS caps one TCP flow at 5 Gbit/s; other clouds
             # cap flows differently or not at all): on another cloud it is as unknown as its prior.
@@ -822,7 +831,8 @@ class ThroughputModel:
 
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
-              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_", "ar_clouds_")
+              "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_", "ar_clouds_",
+              "ar_rdma_")
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -849,7 +859,7 @@ class ThroughputModel:
         m = cls(**data["params"])
         for k in cls._STATE:
             # A model saved before clouds were recorded: its rows' clouds are not known.
-            v = data.get(k, [""]) if k == "ar_clouds_" else data[k]
+            v = data.get(k, [""]) if k == "ar_clouds_" else data.get(k, False) if k == "ar_rdma_" else data[k]
             if k == "theta_":
                 v = np.array(v, float)
             elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_", "own_configs_",
