@@ -233,7 +233,7 @@ MOVED = [
     "$298 / $290 -> $297 / $288 on spot, 16 and 36 h $295 -> $293 on demand; BERT-base $111 -> $109 on "
     "demand, $23.7-25.2 -> $23.2-24.7 on spot); deadlines met 100 %. Ours / hindsight median 1.896 -> "
     "1.885, refined within 10 % of hindsight 7/10 as before.",
-    "- The all-reduce across RDMA nodes (EFA, InfiniBand; commit after 7b489be) now reaches a prior fraction of "
+    "- The all-reduce across RDMA nodes (EFA, InfiniBand; commit 62fdd97) now reaches a prior fraction of "
     "the line rate (0.55, was 0.9) and pays NCCL's ~20 us per ring step (was the TCP fit's ~0.4 ms): no "
     "request here plans RDMA nodes (p3.16xlarge has 25 Gbit/s), and re-run after it every row is the same.", "",
     "## Two pages back (an unknown network rate, two-sided)", "",
