@@ -34,10 +34,11 @@ F FLOPs per sample has at most F / 6 of them. The rest are lookup tables (embedd
 sample reads a few rows of: they widen no layer. NCF holds 97 % of its 1.6 M parameters in
 embeddings (F / P = 0.16); counted as width they made it look as compute-bound as a CIFAR ResNet's
 widest layers, and its T4 throughput at batch 32k was predicted at 2x the measured (Pollux held out).
-Every other shipped model has F / P >= 140: the bound leaves them as they were. Compute time and memory-traffic time combine as a 2-norm,
-``sqrt(c^2 + m^2)``: between their sum (no overlap: a roofline per kernel where every kernel is
-either a GEMM or an elementwise pass) and their max (one roofline for the whole step, the two fully
-overlapped). Within a step, GEMMs stream operands while elementwise kernels compute, so the truth
+Every other shipped model has F / P >= 140: the bound leaves them as they were.
+
+Compute time and memory-traffic time combine as a 2-norm, ``sqrt(c^2 + m^2)``: between their sum
+(no overlap: a roofline per kernel where every kernel is either a GEMM or an elementwise pass) and
+their max (one roofline for the whole step, the two fully overlapped). Within a step, GEMMs stream operands while elementwise kernels compute, so the truth
 lies between; held out by GPU type (Lambda table) the sum scores 11.3 %, exponents 1.5 / 2 / 2.5 / 4
 score 10.7 / 10.5 / 10.5 / 11.1 %, and the 2-norm is kept as the round middle of that flat range
 (the CIFAR leave-one-model-out figure prefers the sum: 8.1 % against 8.3 %).
@@ -85,10 +86,10 @@ fitted global g16 saying where between the two the measured frameworks sit.
   RDMA_GBPS and more (p4d/p5 with EFA, InfiniBand hosts) do not go through TCP: B_eff = r B_node
   there, r (``rdma_eff``) the fraction of the line rate NCCL's ring reaches over RDMA (prior 0.55,
   at most 0.9: published nccl-tests runs on p4dn and p5 reach 0.3-0.6; no shipped row measures
-  one, so their interval carries that prior's width, and a user's rows fit it). n_b = ceil(S / 25 MB) gradient buckets
-  (PyTorch DDP's default bucket size), each a ring of 2 (n-1) steps of which 2 (N-1) cross the
-  network and pay its latency alpha (``ar_lat``, fitted over TCP; RDMA_LAT_S = 20 us over RDMA, NCCL's
-  own figure); the steps inside a node (NVLink,
+  one, so their interval carries that prior's width, and a user's rows fit it).
+  n_b = ceil(S / 25 MB) gradient buckets (PyTorch DDP's default bucket size), each a ring of
+  2 (n-1) steps of which 2 (N-1) cross the network and pay its latency alpha (``ar_lat``, fitted
+  over TCP; RDMA_LAT_S = 20 us over RDMA, NCCL's own figure); the steps inside a node (NVLink,
   PCIe, shared memory: microseconds) are left out, as NCCL's own cost model does (intra- and
   inter-node latencies per ring step). Pollux's NCF (one 6 MB bucket) syncs in 20-24 ms over 8
   nodes whether they hold 8 or 32 GPUs. Communication overlaps the backward pass (DDP launches a
@@ -503,7 +504,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     net_min = achieved_gbps(nominal, g["log_ar_cap"], g["log_rdma_eff"]) / 8.0 * 1e9
     n_b = np.maximum(np.ceil(S_ar / BUCKET_BYTES), 1.0)
     lat = np.where(rdma, RDMA_LAT_S, math.exp(g["log_ar_lat"]))
-    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min + n_b * 2.0 * (N - 1) * lat, 0.0)
+    t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min + n_b * 2.0 * (N - 1) * lat,
+                       0.0)
     t_intra_max = np.where(present, t_intra, 0.0).max(axis=1)
     t_ar = np.maximum(t_intra_max, t_inter)
     unhidden = t_ar - phi * np.minimum(t_ar, (2.0 / 3.0) * tc_max)

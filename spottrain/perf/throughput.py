@@ -725,8 +725,9 @@ class ThroughputModel:
         if q.ps == 0 and q.cluster.nodes > 1 and self.ar_nodes_ <= 1:
             return "no all-reduce across nodes in the fitted data (achieved network rate from its prior)"
         if cap_share > 0.0 and not q.tcp_across_nodes:
-            return None if self.ar_rdma_ else \
-                "no all-reduce over RDMA (EFA, InfiniBand) in the fitted data (achieved network rate from its prior)"
+            if self.ar_rdma_:
+                return None
+            return "no all-reduce over RDMA (EFA, InfiniBand) in the fitted data (achieved network rate from its prior)"
         if cap_share > 0.0 and self.ar_clouds_ and "" not in self.ar_clouds_:
             # The achieved rate is the fitted clouds' (AWS caps one TCP flow at 5 Gbit/s; other clouds
             # cap flows differently or not at all): on another cloud it is as unknown as its prior.
