@@ -351,12 +351,12 @@ def _render(result, out, report, refinement=None) -> None:
                   g.zone or g.region, f"{g.price_usd_per_hour:.3f}")
     console.print(t)
     from spottrain.planner.evidence import headline, headline_lines, headline_rows
-    from spottrain.perf.throughput import BOTTLENECKS
+    from spottrain.perf.throughput import explain_bottleneck
 
     hl = headline(result, refinement)
     console.print(f"throughput {p.throughput_samples_per_s:,.0f} samples/s ({p.throughput_low:,.0f}-"
-                  f"{p.throughput_high:,.0f}, performance model), bottleneck [bold]{p.bottleneck}[/]"
-                  f"{': ' + BOTTLENECKS[p.bottleneck] if p.bottleneck in BOTTLENECKS else ''}")
+                  f"{p.throughput_high:,.0f}, performance model), "
+                  f"bottleneck [bold]{explain_bottleneck(p.bottleneck)}[/]")
     lines = headline_lines(hl)
     console.print(f"[bold]{lines[0]}[/]", highlight=False)
     cols, rows = headline_rows(hl)

@@ -501,7 +501,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     tc_max = np.where(present, t_comp, 0.0).max(axis=1)
     nominal = np.where(present, enc.net, big).min(axis=1) * 8.0  # the slowest node's NIC, Gbit/s
     rdma = nominal >= RDMA_GBPS
-    net_min = achieved_gbps(nominal, g["log_ar_cap"], g["log_rdma_eff"]) / 8.0 * 1e9
+    rate_gbps = achieved_gbps(nominal, g["log_ar_cap"], g["log_rdma_eff"])
+    net_min = rate_gbps / 8.0 * 1e9
     n_b = np.maximum(np.ceil(S_ar / BUCKET_BYTES), 1.0)
     lat = np.where(rdma, RDMA_LAT_S, math.exp(g["log_ar_lat"]))
     t_inter = np.where(N > 1, 2.0 * (gpus - 1) / np.maximum(gpus, 1) * S_ar / net_min + n_b * 2.0 * (N - 1) * lat,
@@ -544,16 +545,15 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     ps_busy = np.where(enc.asyn, X * D, N * D / T_sync)  # fraction of time the servers are busy
     t_w = np.where(enc.ps == 0, T_ar, np.where(enc.asyn, Z_max + R, T_sync))  # one step (update cycle)
     # the overhead's part of the step, through the smooth max with the input pipeline (d t_comp / d t_gpu)
-    t_over = (fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
-              * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0))
+    t_fixed_gpu = fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
+    t_over = t_fixed_gpu * (t_gpu / t_comp) ** (SOFTMAX_P - 1.0)
     over = np.where(present, t_over, 0.0).max(axis=1) / t_w
-    kinds = gpu_limit(t_gpu, t_host, fixed_part(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov),
-                      c_flop, m_flop)
+    kinds = gpu_limit(t_gpu, t_host, t_fixed_gpu, c_flop, m_flop)
     slowest = np.where(present, t_comp, -np.inf).argmax(axis=1)
     # d log T / d log(TCP cap): the rate is the harmonic sum of the line rate and the cap, so
     # d log(rate) / d log(cap) = rate / cap and the bandwidth term k S / rate moves by k S / cap.
     # Over RDMA the rate is proportional to its fraction (below LINE_EFF): the whole bandwidth term moves.
-    moves = np.where(rdma, (math.exp(g["log_rdma_eff"]) < LINE_EFF) / np.maximum(net_min * 8e-9, 1e-30),
+    moves = np.where(rdma, (math.exp(g["log_rdma_eff"]) < LINE_EFF) / np.maximum(rate_gbps, 1e-30),
                      1.0 / math.exp(g["log_ar_cap"]))
     cap_share = np.where((enc.ps == 0) & (N > 1) & (t_inter >= t_intra_max),
                          _exposed_slope(unhidden, t_ar, tc_max, n_b, phi)

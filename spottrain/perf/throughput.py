@@ -834,6 +834,9 @@ class ThroughputModel:
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
               "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_", "ar_clouds_",
               "ar_rdma_")
+    # State a model saved before it was recorded lacks: its rows' clouds are not known; no row of it
+    # crossed RDMA nodes (none shipped did).
+    _STATE_DEFAULTS = {"ar_clouds_": [""], "ar_rdma_": False}
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -859,8 +862,7 @@ class ThroughputModel:
             raise InputError("saved throughput model is from another version of the analytical model; refit it")
         m = cls(**data["params"])
         for k in cls._STATE:
-            # A model saved before clouds were recorded: its rows' clouds are not known.
-            v = data.get(k, [""]) if k == "ar_clouds_" else data.get(k, False) if k == "ar_rdma_" else data[k]
+            v = data.get(k, cls._STATE_DEFAULTS[k]) if k in cls._STATE_DEFAULTS else data[k]
             if k == "theta_":
                 v = np.array(v, float)
             elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_", "own_configs_",
