@@ -332,6 +332,35 @@ def unseen_model_rows(rows) -> None:
                f"{len(anchor)} rows")
 
 
+def new_layer_rows(rows) -> None:
+    """Two networks of layers no shipped table holds, timed on an H100 of a fifth lease
+    (``bench/data/zoo_lease5_h100.csv``): MobileNetV2 (3x3 depthwise convolutions: 7x the activation
+    traffic per FLOP of a dense network of its layer width) and ViT-B/16. Predicted by the shipped
+    calibration, by the same with the intensity from the width alone (what a model that does not
+    count activations predicts), and with the lease's own ResNet-50 rows as a user's table over it."""
+    import copy
+
+    from spottrain.perf.throughput import default_model
+
+    train = [m for rs in rows.values() for m in rs]
+    lease = read_measurements(BENCH_DATA / "zoo_lease5_h100.csv")
+    anchor = [m for m in lease if m.model == "resnet50"]
+    blind = copy.copy(default_model())
+    blind.intensity_range_ = None  # every network on the width's line
+    user = ThroughputModel(prior=default_model(), folds=0).fit(anchor)
+    for name in ("mobilenet-v2", "vit-b16"):
+        new = [m for m in lease if m.model == name]
+        base = score(peak_baseline(train, new), obs(new))
+        p, cover, width = _interval_stats(default_model(), new)
+        pw, cover_w, width_w = _interval_stats(blind, new)
+        report(f"{name} (in no table, H100 lease 5), shipped calibration", len(new), score(p, obs(new)), math.nan,
+               base, "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; intensity from the width "
+               f"alone: {score(pw, obs(new)):.1f} % ({cover_w:.1f} % covered, x{width_w:.2f})")
+        p, cover, width = _interval_stats(user, new)
+        report("  the same, with the lease's ResNet-50 rows as yours", len(new), score(p, obs(new)), math.nan, base,
+               "-", f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; {len(anchor)} rows")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip the correction's nested cross-validation")
@@ -348,6 +377,7 @@ def main() -> None:
     one_row_rows(study_rows)
     own_cross_gpu_rows(study_rows)
     unseen_model_rows(study_rows)
+    new_layer_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows
 
     # 1. Single-GPU speed of unseen models (leave one model out: none of its rows, any GPU or size, is trained on).

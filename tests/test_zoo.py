@@ -141,3 +141,40 @@ def test_deeper_resnets_have_he_et_al_gmacs():
     # stride on the 3x3 convolution as torchvision builds it: 7.8 and 11.5.
     for name, gmac in (("resnet101", 7.8e9), ("resnet152", 11.5e9)):
         assert ZOO[name].flops_per_sample_forward == pytest.approx(2 * gmac, rel=0.03)
+
+
+def test_mobilenet_and_vit_have_their_published_multiply_adds():
+    # Sandler et al. 2018, Table 4: MobileNetV2 (1.0) 300 M multiply-adds; Dosovitskiy et al. 2021 /
+    # torchvision: ViT-B/16 at 224x224 17.56 G.
+    for name, gmac in (("mobilenet-v2", 0.300e9), ("vit-b16", 17.56e9)):
+        assert ZOO[name].flops_per_sample_forward == pytest.approx(2 * gmac, rel=0.03)
+        # Backward: gradients of inputs and weights, each about the forward's work.
+        assert ZOO[name].flops_per_sample_backward == pytest.approx(2 * ZOO[name].flops_per_sample_forward, rel=0.05)
+
+
+def test_grouped_convolution_backward_is_counted_per_group():
+    # PyTorch's own formula charges a depthwise convolution's weight gradient as a dense one's
+    # (here 64x its work); ours counts it per group: the backward is twice the forward, dense or not.
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from spottrain.profiler.flops import counting_flops
+
+    for groups in (1, 4, 64):
+        conv = nn.Conv2d(64, 64, 3, padding=1, groups=groups, bias=False)
+        x = torch.randn(2, 64, 8, 8, requires_grad=True)
+        with counting_flops() as fwd:
+            y = conv(x)
+        with counting_flops() as bwd:
+            y.sum().backward()
+        assert fwd.get_total_flops() == 2 * 2 * 64 * 8 * 8 * 9 * (64 // groups)
+        assert bwd.get_total_flops() == 2 * fwd.get_total_flops(), groups
+
+
+def test_activation_table_counts_what_the_forward_pass_writes():
+    # mlp-tiny (784-128-10 with ReLU) writes per sample: 128 (first layer) + 128 (ReLU) + 10 (logits),
+    # then the loss's log-softmax (10) and the loss itself (one per batch of 2).
+    assert ZOO["mlp-tiny"].activations_per_sample == pytest.approx(128 + 128 + 10 + 10 + 0.5, abs=1.0)
+    # MobileNetV2 writes ~7x more per FLOP than ResNet-50: its depthwise layers do 18 FLOPs per element.
+    ratio = lambda n: ZOO[n].flops_per_sample / ZOO[n].activations_per_sample  # noqa: E731
+    assert ratio("resnet50") / ratio("mobilenet-v2") > 7

@@ -270,12 +270,41 @@ ROOF_P = 2.0  # the compute and memory-traffic times of a step combine as a 2-no
 SIZE_REF = 26.0  # log(b F) of ResNet-32 at batch 128
 WIDTH_REF = math.log(2e4)  # parameters per tensor of the CIFAR ResNets
 FLOPS_PER_PARAM = 6.0  # a weight in a multiply-add: 2 FLOPs forward, 4 backward, per sample and position
+INTENSITY_REF = 6.2  # log FLOPs per activation element of a dense network of the CIFAR ResNets' width
+INTENSITY_PER_WIDTH = 0.24  # slope of log(F / A) on log width over the zoo's dense networks
+INTENSITY_SD = 0.3  # log sd per unit of log intensity beyond the fitted networks (the roofline slope, uncertain)
 
 
 def log_width(grad, flops, ntens):
     """log of the parameters per tensor that do arithmetic, relative to the CIFAR ResNets'."""
     params = np.minimum(np.asarray(grad, float) / 4.0, np.asarray(flops, float) / FLOPS_PER_PARAM)
     return np.log(params / ntens) - WIDTH_REF
+
+
+def log_intensity(grad, flops, ntens, acts):
+    """log of FLOPs per activation element (F / A) over what a dense network of the same layer width
+    has; 0 where ``acts``, the elements the forward pass writes per sample, are unknown.
+
+    The width stands for intensity in the fit: a dense layer's FLOPs per element it writes grow with
+    its input channels. Over the zoo's dense networks log(F / A) follows the width at a slope of
+    0.24 with a scatter of 0.46 (GPT-2's vocabulary-sized logits 0.8 below the line, VGG 0.5-0.7
+    above). A 3x3 depthwise convolution does 18 FLOPs per element it writes whatever its width:
+    MobileNetV2 sits 2.0 below the line, 7x less intensity than its width says."""
+    acts = np.asarray(acts, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        known = (np.log(np.asarray(flops, float) / acts) - INTENSITY_REF
+                 - INTENSITY_PER_WIDTH * log_width(grad, flops, ntens))
+    return np.where(acts > 0, known, 0.0)
+
+
+def intensity_beyond(dev, lo: float, hi: float):
+    """The part of an intensity deviation (:func:`log_intensity`) outside the fitted networks'
+    range [lo, hi]. Within it the width's fitted slope holds (the fit has seen such networks, and
+    their deviations did not explain their speeds: a free exponent on them fitted 0.19); beyond it
+    the roofline's: memory time follows bytes moved, so log intensity moves one for one."""
+    return dev - np.clip(dev, lo, hi)
+
+
 Q_MIN = 0.05  # smallest residual-service fraction of the PS queue (0 would drop the capacity bound)
 MVA_MAX = 512  # exact mean-value analysis up to this many workers, the saturated asymptote beyond
 G_INDEX = {name: i for i, name in enumerate(GLOBALS)}
@@ -304,6 +333,7 @@ class Encoded:
     ps_tshare: np.ndarray  # (R,) largest share of the tensors on one server (NaN = layout unknown)
     lidx: np.ndarray  # (R, K) node-interconnect effect index (-1 = unseen)
     pidx: np.ndarray  # (R,) index into e_m of the model's mixed-precision effect (-1 = none)
+    beyond: np.ndarray  # (R,) log intensity beyond the fitted networks' range, see intensity_beyond (0 within)
 
 
 @dataclass
@@ -468,7 +498,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     width = log_width(enc.grad, enc.flops, enc.ntens)
     x = np.clip(g["c0"] + g["w_size"] * (np.log(work) - SIZE_REF), -30.0, 30.0)
     eff = (1.0 / (1.0 + np.exp(-x)))[:, None]
-    log_ai = g["log_ai"] + g["w_ai"] * width + np.where(enc.fp16, math.log(2.0), 0.0)
+    log_ai = g["log_ai"] + g["w_ai"] * width + enc.beyond + np.where(enc.fp16, math.log(2.0), 0.0)
     c_flop = inv_peak / (1e12 * eff) * np.exp(-throttle(theta, devs.log_pd[d]))
     m_flop = 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
@@ -593,7 +623,7 @@ class GroupInput:
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
                 ps: int, asyn: bool, model_effect: float, pix: float = 0.0,
                 ps_share: tuple[float, float] | None = None, study_level: float = 0.0,
-                study_over: float = 0.0) -> tuple[float, dict, list[float]]:
+                study_over: float = 0.0, beyond: float = 0.0) -> tuple[float, dict, list[float]]:
     """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
 
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
@@ -605,7 +635,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     eff = 1.0 / (1.0 + math.exp(-x))
     f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
     width = math.log(min(grad / 4.0, flops / FLOPS_PER_PARAM) / ntens) - WIDTH_REF  # as log_width
-    log_ai = g["log_ai"] + g["w_ai"] * width + (math.log(2.0) if fp16 else 0.0)
+    log_ai = g["log_ai"] + g["w_ai"] * width + beyond + (math.log(2.0) if fp16 else 0.0)
     ai = math.exp(log_ai)
     t_step0, t_fixed = fixed_times(theta, ntens, study_over)
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])

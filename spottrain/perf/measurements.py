@@ -4,7 +4,8 @@ CSV columns (header names exact, order free)::
 
     model, batch_size, cluster, ps, sync, throughput            required
     network_gbps, flops_per_sample, param_count, precision,
-    tensor_count, step_time_s, sync_time_s, input, cloud        optional
+    tensor_count, step_time_s, sync_time_s, input, cloud,
+    activations_per_sample                                      optional
 
 * ``batch_size``: per GPU. ``cluster``: '+'-joined groups ``NxGPU`` or ``NxGPU:G`` (N nodes of
   that GPU type, G GPUs each, default 1), e.g. ``4xK80``, ``1xV100+1xP100+2xK80``, ``2xA100:8``.
@@ -28,6 +29,11 @@ CSV columns (header names exact, order free)::
 * ``cloud``: ``aws``, ``gcp`` or ``azure``, the cloud whose network the rows crossed (empty: not
   said). A fit knows which clouds its all-reduce rows across nodes measured; a query on another
   cloud gets the achieved network rate's prior width (clouds cap TCP flows differently).
+* ``activations_per_sample``: elements the model's forward pass writes per sample (what ``spottrain
+  profile`` reports); with ``flops_per_sample`` it gives the arithmetic intensity, which sets how
+  memory-bound a step is. Empty = the zoo's intensity for a zoo model, else estimated from the layer
+  width (parameters per tensor), which assumes dense layers: a network of depthwise convolutions
+  (MobileNet, EfficientNet) writes ~7x more per FLOP than its width says.
 
 Any other column is kept in :attr:`Measurement.extra` and written back unchanged.
 """
@@ -49,7 +55,7 @@ from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
 OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "step_time_s",
-                    "sync_time_s", "input", "cloud")
+                    "sync_time_s", "input", "cloud", "activations_per_sample")
 MAX_GPUS_PER_NODE = 16
 """The most GPUs one node holds (DGX-2, HGX-2: 16); a cluster group asking for more is a typo."""
 PRECISIONS = ("fp32", "fp16")
@@ -87,6 +93,8 @@ class Measurement:
     """Where batches come from: ``host`` (a data loader on the CPU) or ``device`` (no host pipeline)."""
     cloud: str | None = None
     """``aws``, ``gcp`` or ``azure``: whose network the row's nodes crossed; ``None`` = not said."""
+    activations_per_sample: float | None = None
+    """Elements the forward pass writes per sample; ``None`` = the zoo's intensity or the width's estimate."""
     line: int | None = None
     """Line in the source file (for error messages)."""
     extra: dict[str, str] = field(default_factory=dict, compare=False)
@@ -196,12 +204,14 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
                          "contains it", file=file, line=line, column="sync_time_s")
     if step is not None and throughput is None:
         throughput = cluster.total_gpus * batch / step  # a given throughput is kept as measured
+    acts = (parse_number(get("activations_per_sample"), file=file, line=line, column="activations_per_sample")
+            if get("activations_per_sample") else None)
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extra = {k: v for k, v in row.items() if k is not None and k not in known}
     return Measurement(model=model, batch_size=batch, cluster=cluster, ps=ps, sync=sync, throughput=throughput,
                        flops_per_sample=float(flops), param_count=int(params), network_gbps=net, precision=precision,
-                       tensor_count=tensors, step_time_s=step, sync_time_s=sync_t, input=source, cloud=cloud, line=line,
-                       extra=extra)
+                       tensor_count=tensors, step_time_s=step, sync_time_s=sync_t, input=source, cloud=cloud,
+                       activations_per_sample=acts, line=line, extra=extra)
 
 
 def _check_placement(group, *, file, line) -> None:
@@ -347,6 +357,7 @@ def _validate_columns(table, *, query: bool) -> list[Measurement]:
         with np.errstate(invalid="ignore", divide="ignore"):
             implied = gpus * batch / step
         throughput = np.where(has_step & np.isnan(throughput), implied, throughput)
+    acts_l = table.numbers("activations_per_sample", required=False).tolist()
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extra_cols = [(j, c) for j, c in enumerate(table.header) if c not in known]
 
@@ -361,7 +372,7 @@ def _validate_columns(table, *, query: bool) -> list[Measurement]:
                        network_gbps=opt(net_l[i]), precision=precision[i],
                        tensor_count=None if tens_l[i] != tens_l[i] else int(tens_l[i]),
                        step_time_s=opt(step_l[i]), sync_time_s=opt(synct_l[i]), input=source[i], cloud=cloud[i],
-                       line=table.lines[i],
+                       activations_per_sample=opt(acts_l[i]), line=table.lines[i],
                        extra={c: table.rows[i][j] for j, c in extra_cols})
             for i in range(n)]
 
@@ -387,7 +398,7 @@ def write_measurements(rows: list[Measurement], path: str | Path, *, extra_colum
                     "" if r.network_gbps is None else r.network_gbps, r.flops_per_sample, r.param_count, r.precision,
                     "" if r.tensor_count is None else r.tensor_count,
                     "" if r.step_time_s is None else r.step_time_s, "" if r.sync_time_s is None else r.sync_time_s, r.input,
-                    r.cloud or ""]
+                    r.cloud or "", "" if r.activations_per_sample is None else r.activations_per_sample]
             w.writerow(base + [r.extra.get(k, "") for k in kept] + [extra_columns[c][i] for c in extra_columns])
 
 

@@ -25,7 +25,7 @@ _PUBLISHED_FLOPS = {
 # The estimate below is far off for models with few, large layers (VGG-16: 32, not ~245).
 ZOO_TENSOR_COUNTS = {
     "mlp-tiny": 4, "resnet18": 62, "resnet50": 161, "resnet101": 314, "resnet152": 467, "resnet18-cifar": 62,
-    "resnet50-cifar": 161, "resnet32": 95, "vgg16": 32, "vgg19": 38, "transformer-base": 185, "lstm-lm": 11,
+    "resnet50-cifar": 161, "resnet32": 95, "vgg16": 32, "vgg19": 38, "mobilenet-v2": 158, "vit-b16": 152, "transformer-base": 185, "lstm-lm": 11,
     "bert-base": 153, "bert-large": 297, "gpt2-small": 148, "gpt2-medium": 292,
 }
 
@@ -74,6 +74,19 @@ def input_pixels(name: str) -> float:
     return 0.0
 
 
+@functools.lru_cache(maxsize=512)
+def known_intensity(name: str) -> float | None:
+    """FLOPs per activation element (training FLOPs per sample over the elements the forward pass writes
+    per sample) of zoo model ``name``; ``None`` when it is not a zoo model. The ratio, not the count,
+    carries over to the same network at another input size."""
+    try:
+        entry = zoo_info(canonical_model(name))
+    except Exception:  # noqa: BLE001 - not a zoo model
+        return None
+    flops, acts = entry.get("flops_per_sample"), entry.get("activations_per_sample")
+    return flops / acts if flops and acts else None
+
+
 def published_flops(name: str) -> float | None:
     """Published fwd+bwd FLOPs per sample of a zoo model, if we have a figure."""
     try:
@@ -102,6 +115,9 @@ class Workload:
     tensor_count: int | None = None
     """Parameter tensors (a parameter server pays a cost per tensor); ``None`` = the zoo's count for a zoo
     model, else estimated from the parameter count."""
+    activations_per_sample: float | None = None
+    """Elements the forward pass writes per sample (a profile measures them); ``None`` = the zoo's
+    intensity for a zoo model, else estimated from the layer width."""
 
     @classmethod
     def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
@@ -139,5 +155,7 @@ class Workload:
                    gradient_bytes=float(d.get("gradient_bytes") or 4 * params),
                    step_time_s_ref=float(step) if (step and ref_gpu and same_batch) else None, ref_gpu=ref_gpu,
                    tensor_count=int(d["tensor_count"]) if d.get("tensor_count") else None,
+                   activations_per_sample=float(d["activations_per_sample"]) if d.get("activations_per_sample")
+                   else None,
                    precision=str(d.get("precision") or "fp32").replace("amp", "fp16").replace("bf16", "fp16")
                    if str(d.get("precision") or "fp32") in ("fp32", "fp16", "amp", "bf16") else "fp32")

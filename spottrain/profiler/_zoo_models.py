@@ -14,6 +14,8 @@ exactly (see :mod:`spottrain.profiler.zoo_info` for the counts and sources):
 - BERT-base: Devlin et al. 2019 encoder (12 x 768, 12 heads) with pooler and a 2-way
   sequence-classification head (fine-tuning).
 - GPT-2 small: Radford et al. 2019 (12 x 768, context 1024, vocabulary 50257, tied embeddings).
+- MobileNetV2: Sandler et al. 2018 (width 1.0, torchvision layout).
+- ViT-B/16: Dosovitskiy et al. 2021 (12 x 768, 16x16 patches at 224x224, torchvision layout).
 """
 
 from __future__ import annotations
@@ -303,3 +305,74 @@ class GPT2(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.ln_f(x) @ self.wte.weight.t()
+
+
+# ---------------------------------------------------------------- MobileNetV2, ViT-B/16
+
+
+def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+                               nn.BatchNorm2d(cout)]
+    if act:
+        layers.append(nn.ReLU6(inplace=True))
+    return nn.Sequential(*layers)
+
+
+class _InvertedResidual(nn.Module):
+    """1x1 expansion, 3x3 depthwise, linear 1x1 projection; a residual when shapes allow."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        layers = [_conv_bn(cin, hidden, 1)] if expand != 1 else []
+        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden), _conv_bn(hidden, cout, 1, act=False)]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    """Sandler et al. 2018, width 1.0, torchvision layout (ReLU6, dropout 0.2 before the classifier)."""
+
+    # (expansion t, channels c, repeats n, first stride s): the paper's Table 2.
+    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [_conv_bn(3, 32, 3, 2)]
+        cin = 32
+        for t, c, n, s in self.SETTINGS:
+            for i in range(n):
+                layers.append(_InvertedResidual(cin, c, s if i == 0 else 1, t))
+                cin = c
+        layers.append(_conv_bn(cin, 1280, 1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+
+class ViT(nn.Module):
+    """Dosovitskiy et al. 2021 ViT-B/16 at 224x224 (196 patches + a class token), torchvision layout:
+    pre-LN blocks, learnt positions, a linear head on the class token."""
+
+    def __init__(self, image: int = 224, patch: int = 16, dim: int = 768, layers: int = 12, heads: int = 12,
+                 num_classes: int = 1000) -> None:
+        super().__init__()
+        self.patchify = nn.Conv2d(3, dim, patch, patch)
+        tokens = (image // patch) ** 2 + 1
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.position = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+        self.blocks = nn.ModuleList(_Block(dim, heads, causal=False, pre_ln=True) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patchify(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.position
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x)[:, 0])

@@ -1,4 +1,4 @@
-"""Regenerate the FLOPs table of :mod:`spottrain.profiler.zoo_info` with FlopCounterMode.
+"""Regenerate the FLOPs and activations tables of :mod:`spottrain.profiler.zoo_info`.
 
     python -m spottrain.profiler.gen_zoo_flops           # rewrite the table in zoo_info.py
     python -m spottrain.profiler.gen_zoo_flops --check   # exit 1 if the table is stale
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from spottrain.profiler.flops import CountingActivations, counting_flops
 
 from spottrain.profiler import zoo
 
@@ -31,19 +31,33 @@ _BLOCK = re.compile(r"(# BEGIN GENERATED FLOPS[^\n]*\n)(.*?)(# END GENERATED FLO
 def count_zoo_flops(name: str, batch_size: int = _BATCH) -> tuple[float, float]:
     """(forward, backward) FLOPs per sample of zoo model ``name``."""
     model, batch = zoo.build(name, batch_size, device="meta")
-    with FlopCounterMode(display=False) as forward:
+    with counting_flops() as forward:
         loss = model(*batch)
-    with FlopCounterMode(display=False) as backward:
+    with counting_flops() as backward:
         loss.backward()
     return forward.get_total_flops() / batch_size, backward.get_total_flops() / batch_size
 
 
+def count_zoo_activations(name: str, batch_size: int = _BATCH) -> float:
+    """Elements the forward pass of zoo model ``name`` writes per sample (views excluded)."""
+    model, batch = zoo.build(name, batch_size, device="meta")
+    with CountingActivations() as counter:
+        model(*batch)
+    return counter.elements / batch_size
+
+
 def render_table() -> str:
+    version = f"torch {torch.__version__.split('+')[0]}, batch {_BATCH}, meta device"
     lines = ["FLOPS_PER_SAMPLE: dict[str, tuple[float, float]] = {"]
-    lines.append(f"    # name: (forward, backward) FLOPs per sample; torch {torch.__version__.split('+')[0]}, batch {_BATCH}, meta device")
+    lines.append(f"    # name: (forward, backward) FLOPs per sample; {version}")
     for name in zoo_info.zoo_names():
         fwd, bwd = count_zoo_flops(name)
         lines.append(f"    {name!r}: ({fwd:.6e}, {bwd:.6e}),")
+    lines.append("}")
+    lines.append("ACTIVATIONS_PER_SAMPLE: dict[str, float] = {")
+    lines.append(f"    # name: elements the forward pass writes per sample (views excluded); {version}")
+    for name in zoo_info.zoo_names():
+        lines.append(f"    {name!r}: {count_zoo_activations(name):.6e},")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -36,10 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import FlopCounterMode
 
 from spottrain.errors import InputError
 from spottrain.profiler import zoo
+from spottrain.profiler.flops import CountingActivations, counting_flops
 from spottrain.profiler.device import available_memory_bytes, device_info, library_versions
 from spottrain.profiler.entry import call_entry_point, load_data, load_entry_point
 from spottrain.profiler.schema import PhaseTiming, Profile
@@ -198,7 +198,8 @@ class _Stepper:
 
 
 def _probe(model: nn.Module, batch: Any, size: int, device: torch.device, precision: str) -> dict[str, float]:
-    """FLOPs and saved-activation bytes per sample, from one fwd+bwd on ``size`` samples."""
+    """FLOPs, saved-activation bytes and elements written forward per sample, from one fwd+bwd on
+    ``size`` samples."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: set[int] = set()
     saved = 0
@@ -224,17 +225,18 @@ def _probe(model: nn.Module, batch: Any, size: int, device: torch.device, precis
                 stack.enter_context(torch.backends.cudnn.flags(enabled=False))
             else:
                 stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
-        with FlopCounterMode(display=False) as fwd_counter:
+        with counting_flops() as fwd_counter, CountingActivations() as written:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 with stepper.autocast():
                     loss, surrogate = loss_of(call_model(model, batch))
-        with FlopCounterMode(display=False) as bwd_counter:
+        with counting_flops() as bwd_counter:
             loss.backward()
     model.zero_grad(set_to_none=True)
     return {
         "flops_forward": fwd_counter.get_total_flops() / size,
         "flops_backward": bwd_counter.get_total_flops() / size,
         "activation_bytes": saved / size,
+        "activations": written.elements / size,
         "surrogate": float(surrogate),
     }
 
@@ -388,6 +390,7 @@ def profile(
         warmup=n_warm + loss_steps,
         achieved_tflops=achieved,
         fraction_of_peak=(achieved / peak_tflops) if peak_tflops else None,
+        activations_per_sample=probe["activations"],
         memory=memory,
         input=_describe_input(batch, batch_size),
         loss_curve=loss_curve,

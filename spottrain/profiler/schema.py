@@ -142,6 +142,9 @@ class Profile:
     """(forward+backward FLOPs per sample) x samples/s / 1e12."""
     fraction_of_peak: float | None = None
     """achieved_tflops / device peak_tflops, None when the peak is unknown."""
+    activations_per_sample: float | None = None
+    """Elements the forward pass's operations write per sample (views excluded): with the FLOPs,
+    the arithmetic intensity the throughput model uses to tell a memory-bound network."""
     memory: dict[str, Any] = field(default_factory=dict)
     """``peak_bytes`` (measured peak of the step, None when not measurable), ``static_bytes``
     (parameters, gradients and optimizer state), ``activation_bytes_per_sample`` (tensors saved
@@ -298,6 +301,7 @@ class ProfileSchema(BaseModel):
     samples_per_s: _Pos
     device: _DeviceSchema
     trainable_param_count: Annotated[int, Field(ge=0)] | None = None
+    activations_per_sample: _NonNeg | None = None
     precision: Literal["fp32", "amp", "fp16", "bf16"] = "fp32"
     timing: dict[str, _TimingSchema] = {}
     iterations: Annotated[int, Field(ge=0)] = 0

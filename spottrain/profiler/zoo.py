@@ -34,6 +34,8 @@ _NETWORKS: dict[str, Callable[[], nn.Module]] = {
     "resnet32": lambda: m.CifarResNet(5),
     "vgg16": lambda: m.VGG(16),
     "vgg19": lambda: m.VGG(19),
+    "mobilenet-v2": lambda: m.MobileNetV2(),
+    "vit-b16": lambda: m.ViT(),
     "transformer-base": lambda: m.TranslationTransformer(),
     "lstm-lm": lambda: m.LSTMLanguageModel(),
     "bert-base": lambda: m.BertClassifier(),

@@ -3,11 +3,12 @@
 For each zoo model: its canonical name and aliases, the exact parameter count of our
 construction and the published figure it matches, the per-sample input, the data set it
 usually trains on (size in samples and what one sample is), and FLOPs per sample for forward
-and forward+backward.
+and forward+backward, and the elements its forward pass writes per sample.
 
 FLOPs come from :class:`torch.utils.flop_counter.FlopCounterMode` (2 FLOPs per multiply-add;
 convolutions, matrix products and attention; element-wise ops and normalisation are not
-counted) applied to the zoo's own models at their default input shape, batch 2, on the
+counted; grouped convolutions' weight gradients per group, see :mod:`spottrain.profiler.flops`)
+applied to the zoo's own models at their default input shape, batch 2, on the
 ``meta`` device, for one forward pass and for forward + backward. The table between the
 ``BEGIN GENERATED`` / ``END GENERATED`` markers is written by::
 
@@ -66,6 +67,9 @@ class ZooEntry:
     """FLOPs of one forward pass per sample (generated table)."""
     flops_per_sample_backward: float | None = None
     """FLOPs of one backward pass per sample (generated table)."""
+    activations_per_sample: float | None = None
+    """Elements the forward pass's operations write per sample, views excluded (generated table):
+    with the FLOPs, the network's arithmetic intensity."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -191,6 +195,22 @@ _ENTRIES = (
         description="VGG-19 without batch norm, ImageNet 224x224.",
     ),
     ZooEntry(
+        name="mobilenet-v2", family="mobilenet", task="classification", param_count=3_504_872,
+        published_param_count=3_504_872,
+        param_source="Sandler et al. 2018, width 1.0; torchvision mobilenet_v2 (3,504,872)",
+        input_shape=(3, 224, 224), input_dtype="float32", num_classes=1000, dataset=IMAGENET, default_batch_size=32,
+        aliases=("mobilenetv2", "mobilenet_v2", "mobilenet"),
+        description="MobileNetV2 (inverted residuals, 3x3 depthwise convolutions), ImageNet 224x224: few FLOPs, "
+                    "much activation traffic per FLOP.",
+    ),
+    ZooEntry(
+        name="vit-b16", family="vit", task="classification", param_count=86_567_656, published_param_count=86_567_656,
+        param_source="Dosovitskiy et al. 2021 ViT-B/16; torchvision vit_b_16 (86,567,656)",
+        input_shape=(3, 224, 224), input_dtype="float32", num_classes=1000, dataset=IMAGENET, default_batch_size=64,
+        aliases=("vit-b-16", "vit_b_16", "vit-base", "vit"),
+        description="Vision Transformer base, 16x16 patches, ImageNet 224x224 (197 tokens of width 768).",
+    ),
+    ZooEntry(
         name="transformer-base", family="transformer", task="translation", param_count=63_084_544, published_param_count=65_000_000,
         param_source=(
             "Vaswani et al. 2017 Table 3, base model: 65M. Ours: d=512, 6+6 layers, 8 heads, d_ff=2048, one shared "
@@ -261,6 +281,8 @@ FLOPS_PER_SAMPLE: dict[str, tuple[float, float]] = {
     'resnet32': (1.377252e+08, 2.745656e+08),
     'vgg16': (3.094053e+10, 6.170765e+10),
     'vgg19': (3.926412e+10, 7.835484e+10),
+    'mobilenet-v2': (6.015485e+08, 1.181421e+09),
+    'vit-b16': (3.512766e+10, 7.002410e+10),
     'transformer-base': (8.212972e+09, 1.642594e+10),
     'lstm-lm': (9.282000e+08, 1.849640e+09),
     'bert-base': (2.234843e+10, 4.469687e+10),
@@ -268,13 +290,35 @@ FLOPS_PER_SAMPLE: dict[str, tuple[float, float]] = {
     'gpt2-small': (2.916483e+11, 5.832966e+11),
     'gpt2-medium': (8.269511e+11, 1.653902e+12),
 }
+ACTIVATIONS_PER_SAMPLE: dict[str, float] = {
+    # name: elements the forward pass writes per sample (views excluded); torch 2.13.0, batch 2, meta device
+    'mlp-tiny': 2.770000e+02,
+    'resnet18': 8.436891e+06,
+    'resnet50': 3.778808e+07,
+    'resnet101': 5.658004e+07,
+    'resnet152': 7.978441e+07,
+    'resnet18-cifar': 2.036959e+06,
+    'resnet50-cifar': 1.163672e+07,
+    'resnet32': 1.066196e+06,
+    'vgg16': 3.023202e+07,
+    'vgg19': 3.284117e+07,
+    'mobilenet-v2': 2.580968e+07,
+    'vit-b16': 9.238675e+07,
+    'transformer-base': 4.004814e+07,
+    'lstm-lm': 2.929451e+06,
+    'bert-base': 5.127367e+07,
+    'bert-large': 1.360020e+08,
+    'gpt2-small': 1.657706e+09,
+    'gpt2-medium': 4.146944e+09,
+}
 # END GENERATED FLOPS
 
 
 def _with_flops(entry: ZooEntry) -> ZooEntry:
     fwd, bwd = FLOPS_PER_SAMPLE.get(entry.name, (None, None))
     return ZooEntry(**{**{f: getattr(entry, f) for f in entry.__dataclass_fields__},
-                       "flops_per_sample_forward": fwd, "flops_per_sample_backward": bwd})
+                       "flops_per_sample_forward": fwd, "flops_per_sample_backward": bwd,
+                       "activations_per_sample": ACTIVATIONS_PER_SAMPLE.get(entry.name)})
 
 
 ZOO: dict[str, ZooEntry] = {e.name: _with_flops(e) for e in _ENTRIES}

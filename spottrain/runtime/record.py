@@ -238,13 +238,13 @@ def _worker_device(setting: str, workers: int = 1) -> tuple[str, bool]:
 def _example_figures(ex: Any) -> tuple[float, int, int]:
     """(forward + backward FLOPs per sample, parameters, parameter tensors) of a built-in example."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
+    from spottrain.profiler.flops import counting_flops
 
     from spottrain.runtime.examples import classification_loss
 
     model = ex.model()
     x, y = ex.dataset().get_batch([0, 1])
-    with FlopCounterMode(display=False) as counter:
+    with counting_flops() as counter:
         classification_loss(model, (x, y)).backward()
     params = list(model.parameters())
     return counter.get_total_flops() / 2, int(sum(p.numel() for p in params)), len(params)

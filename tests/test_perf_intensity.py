@@ -1,0 +1,125 @@
+"""Arithmetic intensity from the elements a forward pass writes: a network of depthwise
+convolutions is memory-bound whatever its layer width says, and says so."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from spottrain.perf import ThroughputModel, Workload, default_model, predict_throughput, read_measurements
+from spottrain.perf.measurements import Measurement
+from spottrain.perf.throughput import _Query
+from spottrain.types import ClusterSpec
+
+
+def _unknown_copy(w: Workload) -> Workload:
+    """The same FLOPs, parameters and tensors under a name no table knows: intensity from the width."""
+    return Workload(model="someones-net", batch_size=w.batch_size, flops_per_sample=w.flops_per_sample,
+                    param_count=w.param_count, gradient_bytes=w.gradient_bytes, tensor_count=w.tensor_count,
+                    precision=w.precision)
+
+
+def _query(w: Workload, cluster: str) -> _Query:
+    """``w`` on ``cluster`` with batches made on the GPU (no host data loader to wait for)."""
+    return _Query(model=w.model, batch_size=w.batch_size, cluster=ClusterSpec.parse(cluster), ps=0, sync="sync",
+                  flops=w.flops_per_sample, grad=w.gradient_bytes, tensors=w.tensor_count, input="device")
+
+
+def test_depthwise_network_is_slower_than_its_width_says_and_says_so():
+    mobile = Workload.from_zoo("mobilenet-v2", 256)
+    m = default_model()
+    known = m.predict_one(_query(mobile, "1xH100"))
+    width_only = m.predict_one(_query(_unknown_copy(mobile), "1xH100"))
+    # 3x3 depthwise convolutions write ~7x more per FLOP than a dense network of that width: the
+    # memory term, not the FLOPs, sets the step.
+    assert known.throughput < width_only.throughput / 2
+    assert known.bottleneck == "memory"
+    assert any("FLOPs per activation element" in n for n in known.notes)
+    assert not any("activation element" in n for n in width_only.notes)
+    # The roofline's slope beyond the fitted networks is physics, not data: the interval says so.
+    assert math.log(known.high / known.low) > math.log(width_only.high / width_only.low) + 0.5
+    # Memory-bound: an H100 gains over a T4 about its memory bandwidth (10x), not its FLOPS (>50x).
+    t4 = m.predict_one(_query(mobile, "1xT4"))
+    assert known.throughput / t4.throughput < 12
+
+
+def test_networks_within_the_fitted_range_keep_their_width_prediction():
+    # ResNet-50 and GPT-2 write more per FLOP than their width's line says, VGG-16 less, but the
+    # calibration has seen them: every shipped row is predicted as with no intensities known.
+    import copy
+
+    from spottrain.perf import load_shipped
+
+    m = default_model()
+    blind = copy.copy(m)
+    blind.intensity_range_ = None
+    rows = load_shipped()
+    assert {"resnet50", "gpt2-small", "vgg16", "resnet18-cifar"} <= {r.model for r in rows}
+    assert [p.throughput for p in m.predict(rows, warn=False)] == [p.throughput for p in blind.predict(rows, warn=False)]
+    lo, hi = m.intensity_range_
+    assert lo < -0.5 and hi > 0.5  # GPT-2's logits below the width's line, the CIFAR ResNet-18 above
+
+
+def test_scalar_and_vectorised_paths_agree_beyond_the_range():
+    m = default_model()
+    q = _Query(model="mobilenet-v2", batch_size=128, cluster=ClusterSpec.parse("2xT4"), ps=0, sync="sync",
+               flops=Workload.from_zoo("mobilenet-v2").flops_per_sample, grad=4.0 * 3_504_872)
+    one = m.predict_one(q)
+    many = m.predict([q], warn=False)[0]
+    assert one.throughput == pytest.approx(many.throughput, rel=1e-9)
+    assert (one.low, one.high) == pytest.approx((many.low, many.high), rel=1e-9)
+    assert one.notes == many.notes
+
+
+def test_a_measured_row_of_the_network_brings_it_into_the_fitted_range():
+    # bench/data/gpu_speeds_h100_lease5.csv: MobileNetV2, fp32, batch 128 on one H100, 2,344 images/s.
+    row = Measurement(model="mobilenet-v2", batch_size=128, cluster=ClusterSpec.parse("1xH100"), ps=0, sync="sync",
+                      throughput=2344.215, flops_per_sample=Workload.from_zoo("mobilenet-v2").flops_per_sample,
+                      param_count=3_504_872, input="device")
+    user = ThroughputModel(prior=default_model(), folds=0, correction="none").fit([row])
+    assert user.intensity_range_[0] < default_model().intensity_range_[0]
+    q = Measurement(**{**row.__dict__, "batch_size": 256, "throughput": None})
+    pred = user.predict([q], warn=False)[0]
+    assert not any("activation element" in n for n in pred.notes)
+    # Measured at 256: 2,393 images/s (the same file); the prior alone said 3,216.
+    assert abs(pred.throughput / 2392.556 - 1) < 0.15
+
+
+def test_activation_column_is_read_written_and_checked(tmp_path):
+    from spottrain.errors import InputError
+    from spottrain.perf.measurements import parse_row, write_measurements
+
+    header = "model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count,activations_per_sample\n"
+    p = tmp_path / "m.csv"
+    p.write_text(header + "net,64,1xA100,0,sync,900,1.8e9,3500000,2.6e7\nnet,64,1xA100,0,sync,900,1.8e9,3500000,\n")
+    rows = read_measurements(p)
+    assert [r.activations_per_sample for r in rows] == [2.6e7, None]
+    out = tmp_path / "o.csv"
+    write_measurements(rows, out)
+    assert [r.activations_per_sample for r in read_measurements(out)] == [2.6e7, None]
+    # The row that says its activations is predicted from them, the other from its width.
+    a, b = default_model().predict(read_measurements(out), warn=False)
+    assert a.throughput < b.throughput
+    bad = tmp_path / "bad.csv"
+    bad.write_text(header + "net,64,1xA100,0,sync,900,1.8e9,3500000,-4\n")
+    values = dict(zip(header.strip().split(","), "net,64,1xA100,0,sync,900,1.8e9,3500000,-4".split(",")))
+    for read in (lambda: read_measurements(bad), lambda: parse_row(values, file=str(bad), line=2)):
+        with pytest.raises(InputError) as exc:
+            read()
+        assert "line 2" in str(exc.value) and "column activations_per_sample" in str(exc.value)
+
+
+def test_profile_reports_the_activations_the_workload_carries():
+    torch = pytest.importorskip("torch")
+    from spottrain.profiler import zoo
+    from spottrain.profiler.profiler import profile
+    from spottrain.profiler.zoo_info import ZOO
+
+    torch.manual_seed(0)
+    model, _batch = zoo.build("resnet32", 2)  # the network with its loss, as the zoo's table counts it
+    p = profile(lambda: model, lambda n: zoo.make_batch("resnet32", n), batch_size=2, iterations=1, warmup=0,
+                name="resnet32")
+    # The zoo's generated table counts the same forward pass (plus the loss, once per batch here).
+    assert p.activations_per_sample == pytest.approx(ZOO["resnet32"].activations_per_sample, rel=1e-3)
+    assert Workload.from_profile(p.to_dict()).activations_per_sample == p.activations_per_sample
