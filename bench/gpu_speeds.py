@@ -46,6 +46,8 @@ PLAN = [
     ("gpt2-medium", ("fp32", "tf32", "fp16"), (2, 4, 8)),
     ("mobilenet-v2", ("fp32", "fp16"), (32, 64, 128, 256)),
     ("vit-b16", ("tf32", "fp16"), (16, 32, 64, 128)),
+    ("efficientnet-b0", ("fp32", "fp16"), (32, 64, 128, 256)),
+    ("convnext-tiny", ("tf32", "fp16"), (32, 64, 128, 256)),
 ]
 COLUMNS = ["model", "batch_size", "cluster", "ps", "sync", "throughput", "precision", "step_time_s",
            "step_time_p10_s", "step_time_p90_s", "optimizer", "channels_last", "matmul_tf32", "cudnn_tf32",
@@ -76,7 +78,7 @@ def time_one(zoo, model_name: str, precision: str, batch: int, *, warmup: int, s
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = True
     model, (x, y) = zoo.build(model_name, batch, device="cuda")
-    conv = model.family in ("resnet", "vgg", "mobilenet")
+    conv = model.family in ("resnet", "vgg", "mobilenet", "efficientnet")
     opt = (torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if conv
            else torch.optim.AdamW(model.parameters(), lr=1e-4))
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")

@@ -272,7 +272,8 @@ WIDTH_REF = math.log(2e4)  # parameters per tensor of the CIFAR ResNets
 FLOPS_PER_PARAM = 6.0  # a weight in a multiply-add: 2 FLOPs forward, 4 backward, per sample and position
 INTENSITY_REF = 6.2  # log FLOPs per activation element of a dense network of the CIFAR ResNets' width
 INTENSITY_PER_WIDTH = 0.24  # slope of log(F / A) on log width over the zoo's dense networks
-INTENSITY_SD = 0.3  # log sd per unit of log intensity beyond the fitted networks (the roofline slope, uncertain)
+INTENSITY_SCATTER = 0.46  # sd of the zoo's dense networks' log(F / A) about the width's line
+INTENSITY_SD = 0.3  # log sd per unit of log intensity below that scatter (the roofline's slope, uncertain)
 
 
 def log_width(grad, flops, ntens):
@@ -297,12 +298,17 @@ def log_intensity(grad, flops, ntens, acts):
     return np.where(acts > 0, known, 0.0)
 
 
-def intensity_beyond(dev, lo: float, hi: float):
-    """The part of an intensity deviation (:func:`log_intensity`) outside the fitted networks'
-    range [lo, hi]. Within it the width's fitted slope holds (the fit has seen such networks, and
-    their deviations did not explain their speeds: a free exponent on them fitted 0.19); beyond it
-    the roofline's: memory time follows bytes moved, so log intensity moves one for one."""
-    return dev - np.clip(dev, lo, hi)
+def intensity_below(dev):
+    """How far (log, <= 0) an intensity deviation (:func:`log_intensity`) lies below the dense
+    networks' scatter about the width's line (INTENSITY_SCATTER, one sd): the part of a network's
+    activation traffic its width cannot see, which the memory term takes one for one (a roofline's
+    intensity is FLOPs per byte moved).
+
+    One-sided: above the line a network leans to the compute term, and the fit has seen such networks
+    (VGG, the CIFAR ResNet-18: 0.5-0.7 above) without their being faster than their width says. Below
+    it lie depthwise and grouped convolutions (MobileNetV2 2.0, EfficientNet-B0 1.6 below) and
+    vocabulary-sized logits (GPT-2, 0.8)."""
+    return np.minimum(np.asarray(dev, float) + INTENSITY_SCATTER, 0.0)
 
 
 Q_MIN = 0.05  # smallest residual-service fraction of the PS queue (0 would drop the capacity bound)
@@ -333,7 +339,7 @@ class Encoded:
     ps_tshare: np.ndarray  # (R,) largest share of the tensors on one server (NaN = layout unknown)
     lidx: np.ndarray  # (R, K) node-interconnect effect index (-1 = unseen)
     pidx: np.ndarray  # (R,) index into e_m of the model's mixed-precision effect (-1 = none)
-    beyond: np.ndarray  # (R,) log intensity beyond the fitted networks' range, see intensity_beyond (0 within)
+    below: np.ndarray  # (R,) log intensity below the dense networks' scatter, see intensity_below (<= 0)
 
 
 @dataclass
@@ -498,7 +504,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     width = log_width(enc.grad, enc.flops, enc.ntens)
     x = np.clip(g["c0"] + g["w_size"] * (np.log(work) - SIZE_REF), -30.0, 30.0)
     eff = (1.0 / (1.0 + np.exp(-x)))[:, None]
-    log_ai = g["log_ai"] + g["w_ai"] * width + enc.beyond + np.where(enc.fp16, math.log(2.0), 0.0)
+    log_ai = g["log_ai"] + g["w_ai"] * width + enc.below + np.where(enc.fp16, math.log(2.0), 0.0)
     c_flop = inv_peak / (1e12 * eff) * np.exp(-throttle(theta, devs.log_pd[d]))
     m_flop = 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
@@ -623,7 +629,7 @@ class GroupInput:
 def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad: float, ntens: float, fp16: bool,
                 ps: int, asyn: bool, model_effect: float, pix: float = 0.0,
                 ps_share: tuple[float, float] | None = None, study_level: float = 0.0,
-                study_over: float = 0.0, beyond: float = 0.0) -> tuple[float, dict, list[float]]:
+                study_over: float = 0.0, below: float = 0.0) -> tuple[float, dict, list[float]]:
     """Scalar :func:`evaluate` for one configuration: (samples/s, parts, samples/s per group).
 
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
@@ -635,7 +641,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     eff = 1.0 / (1.0 + math.exp(-x))
     f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
     width = math.log(min(grad / 4.0, flops / FLOPS_PER_PARAM) / ntens) - WIDTH_REF  # as log_width
-    log_ai = g["log_ai"] + g["w_ai"] * width + beyond + (math.log(2.0) if fp16 else 0.0)
+    log_ai = g["log_ai"] + g["w_ai"] * width + below + (math.log(2.0) if fp16 else 0.0)
     ai = math.exp(log_ai)
     t_step0, t_fixed = fixed_times(theta, ntens, study_over)
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])

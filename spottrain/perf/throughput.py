@@ -55,7 +55,7 @@ PATH_LOG = 0.15
 """Log sd added when a query runs on a precision path (FP16 / TF32 tensor cores, plain FP32) that no
 fitted row used: the fraction of FLOPs on the fast path is then only its prior."""
 NODES_LOG = 0.15
-# Smallest intensity beyond the fitted networks' (log) that a prediction notes and widens for.
+# Smallest intensity below the dense networks' (log) that a prediction notes and widens for.
 INTENSITY_NOTE = 0.05
 """Log sd added per size far beyond the fitted range (more than twice the nodes or GPUs per node)."""
 SPREAD_FLOOR = {"gpu": 0.15, "model": 0.2}
@@ -291,6 +291,13 @@ class _Query:
         return math.log(self.flops / acts) - an.INTENSITY_REF - an.INTENSITY_PER_WIDTH * width
 
     @property
+    def intensity_below(self) -> float:
+        """How far (log, <= 0) :attr:`intensity` lies below the dense networks' scatter, see
+        :func:`analytical.intensity_below`."""
+        dev = self.intensity
+        return float(an.intensity_below(dev)) if dev else 0.0
+
+    @property
     def n_tensors(self) -> float:
         if self.tensors:
             return float(self.tensors)
@@ -300,10 +307,7 @@ class _Query:
 
 def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[str, int],
             model_effect: dict[str, int], inter_effect: dict[str, int] | None = None,
-            link_effect: dict[str, int] | None = None,
-            intensity_range: tuple[float, float] | None = None) -> tuple[an.Encoded, list]:
-    """Queries as arrays; ``intensity_range``: the fitted networks' intensity range (None: every
-    query within it, as a fit's own rows are)."""
+            link_effect: dict[str, int] | None = None) -> tuple[an.Encoded, list]:
     inter_effect = inter_effect or {}
     link_effect = link_effect or {}
     K = max(len(q.cluster.groups) for q in queries)
@@ -336,16 +340,8 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      pix=np.array([q.pixels for q in queries], float),
                      ps_bshare=np.array([sh[0] if sh else np.nan for sh in shares], float),
                      ps_tshare=np.array([sh[1] if sh else np.nan for sh in shares], float),
-                     beyond=np.array([_beyond(q, intensity_range) for q in queries], float))
+                     below=np.array([q.intensity_below for q in queries], float))
     return enc, resolved
-
-
-def _beyond(q: _Query, intensity_range) -> float:
-    """``q``'s intensity outside the fitted networks' range (log; 0 within it or with no range)."""
-    if not intensity_range:
-        return 0.0
-    dev = q.intensity
-    return float(an.intensity_beyond(dev, *intensity_range)) if dev else 0.0
 
 
 def _prec_key(model: str, precision: str) -> str:
@@ -553,9 +549,6 @@ class ThroughputModel:
         self.fitted_gpus_ = {k.split("/")[0] for k in gpu_keys} | {k.split("/")[0] for k in g_prior}
         self.fitted_models_ = set(models) | {k for k in m_prior if not _is_prec_key(k)}
         self.max_nodes_ = max(q.cluster.nodes for q in queries)
-        # The intensities (FLOPs per activation element, against the width's line) of the fitted networks.
-        devs_seen = [0.0] + [q.intensity for q in queries]
-        self.intensity_range_ = [min(devs_seen), max(devs_seen)]
         self.max_gpus_per_node_ = max(g.gpus_per_node for q in queries for g in q.cluster.groups)
         self.n_rows_ = len(rows)
         with np.errstate(all="ignore"):
@@ -608,9 +601,6 @@ class ThroughputModel:
             self.ar_nodes_ = max(self.ar_nodes_, p.ar_nodes_)
             self.ar_clouds_ = self.ar_clouds_ | set(p.ar_clouds_)
             self.ar_rdma_ = self.ar_rdma_ or p.ar_rdma_
-            if p.intensity_range_:
-                self.intensity_range_ = [min(self.intensity_range_[0], p.intensity_range_[0]),
-                                         max(self.intensity_range_[1], p.intensity_range_[1])]
             self.fast_paths_ = sorted(set(self.fast_paths_) | set(p.fast_paths_))
             if len(rows) < 10:
                 # A handful of rows shows nothing of the configurations they do not measure: the
@@ -742,12 +732,11 @@ class ThroughputModel:
             notes.append((f"{gpn_max} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
         if q.model not in self.fitted_models_:
             notes.append((f"model {q.model} not in the fitted data (predicted from its FLOPs)", sp["model"]))
-        beyond = _beyond(q, self.intensity_range_)
-        if abs(beyond) >= INTENSITY_NOTE:
-            side = "fewer" if beyond < 0 else "more"
-            notes.append((f"{q.model} does {math.exp(abs(beyond)):.1f}x {side} FLOPs per activation element than "
-                          "any fitted network of its layer width (memory traffic from the roofline)",
-                          an.INTENSITY_SD * abs(beyond)))
+        # A network the fit has rows of has its own fitted speed: the intensity's correction is for unseen ones.
+        below = q.intensity_below if q.model not in self.fitted_models_ else 0.0
+        if below <= -INTENSITY_NOTE:
+            notes.append((f"{q.model} does {math.exp(-below):.1f}x fewer FLOPs per activation element than dense "
+                          "networks of its layer width (memory traffic from the roofline)", an.INTENSITY_SD * -below))
         if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
             notes.append((f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}", NODES_LOG))
         if net_note is not None:
@@ -836,8 +825,7 @@ class ThroughputModel:
         mmap = {k: i for i, k in enumerate(model_keys)}
         imap = {k: i for i, k in enumerate(inter_keys)}
         dev_index: dict[str, int] = {}
-        enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)},
-                                intensity_range=self.intensity_range_)
+        enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)})
         devs = _device_table(dev_index)
         eg, em = self._effect_arrays((gpu_keys, model_keys), g_effects)
         ei = np.array([self.inter_effects_[k] for k in inter_keys])
@@ -881,11 +869,10 @@ class ThroughputModel:
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
               "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_", "ar_clouds_",
-              "ar_rdma_", "intensity_range_")
+              "ar_rdma_")
     # State a model saved before it was recorded lacks: its rows' clouds are not known; no row of it
-    # crossed RDMA nodes (none shipped did); its networks' intensities are not known (no query is
-    # taken beyond them).
-    _STATE_DEFAULTS = {"ar_clouds_": [""], "ar_rdma_": False, "intensity_range_": None}
+    # crossed RDMA nodes (none shipped did).
+    _STATE_DEFAULTS = {"ar_clouds_": [""], "ar_rdma_": False}
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -965,7 +952,7 @@ class ThroughputModel:
                               ntens=q.n_tensors, fp16=q.precision == "fp16", ps=q.ps, asyn=q.sync == "async",
                               model_effect=self.model_effects_.get(q.model, 0.0)
                               + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
-                              pix=q.pixels, ps_share=q.ps_share, beyond=_beyond(q, self.intensity_range_))
+                              pix=q.pixels, ps_share=q.ps_share, below=q.intensity_below)
 
     def score(self, measurements: list[Measurement]) -> float:
         """Mean absolute percentage error (%) on measured rows."""

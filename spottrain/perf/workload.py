@@ -25,8 +25,9 @@ _PUBLISHED_FLOPS = {
 # The estimate below is far off for models with few, large layers (VGG-16: 32, not ~245).
 ZOO_TENSOR_COUNTS = {
     "mlp-tiny": 4, "resnet18": 62, "resnet50": 161, "resnet101": 314, "resnet152": 467, "resnet18-cifar": 62,
-    "resnet50-cifar": 161, "resnet32": 95, "vgg16": 32, "vgg19": 38, "mobilenet-v2": 158, "vit-b16": 152, "transformer-base": 185, "lstm-lm": 11,
-    "bert-base": 153, "bert-large": 297, "gpt2-small": 148, "gpt2-medium": 292,
+    "resnet50-cifar": 161, "resnet32": 95, "vgg16": 32, "vgg19": 38, "mobilenet-v2": 158, "efficientnet-b0": 213,
+    "convnext-tiny": 182, "vit-b16": 152, "transformer-base": 185, "lstm-lm": 11, "bert-base": 153, "bert-large": 297,
+    "gpt2-small": 148, "gpt2-medium": 292,
 }
 
 

@@ -15,6 +15,7 @@ exactly (see :mod:`spottrain.profiler.zoo_info` for the counts and sources):
   sequence-classification head (fine-tuning).
 - GPT-2 small: Radford et al. 2019 (12 x 768, context 1024, vocabulary 50257, tied embeddings).
 - MobileNetV2: Sandler et al. 2018 (width 1.0, torchvision layout).
+- EfficientNet-B0: Tan & Le 2019; ConvNeXt-T: Liu et al. 2022 (torchvision layouts).
 - ViT-B/16: Dosovitskiy et al. 2021 (12 x 768, 16x16 patches at 224x224, torchvision layout).
 """
 
@@ -376,3 +377,99 @@ class ViT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln(x)[:, 0])
+
+
+# ---------------------------------------------------------------- EfficientNet-B0, ConvNeXt-T
+
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, squeeze, 1)
+        self.expand = nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = F.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.expand(F.silu(self.reduce(s))))
+
+
+class _MBConv(nn.Module):
+    """EfficientNet's block: 1x1 expansion, kxk depthwise, squeeze-and-excitation, linear 1x1 projection."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.SiLU()]
+        layers += [nn.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden, bias=False),
+                   nn.BatchNorm2d(hidden), nn.SiLU(), _SqueezeExcite(hidden, max(1, cin // 4)),
+                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class EfficientNetB0(nn.Module):
+    """Tan & Le 2019, B0, torchvision layout (SiLU, squeeze to a quarter of the block's input)."""
+
+    # (expansion, kernel, first stride, channels, repeats): the paper's Table 1.
+    STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+              (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU()]
+        cin = 32
+        for expand, kernel, stride, cout, repeats in self.STAGES:
+            for i in range(repeats):
+                layers.append(_MBConv(cin, cout, kernel, stride if i == 0 else 1, expand))
+                cin = cout
+        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU()]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+
+class _ChannelsLastNorm(nn.LayerNorm):
+    """LayerNorm over the channels of an NCHW tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class _ConvNeXtBlock(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+        self.scale = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.fc2(F.gelu(self.fc1(self.norm(y)))) * self.scale
+        return x + y.permute(0, 3, 1, 2)
+
+
+class ConvNeXtTiny(nn.Module):
+    """Liu et al. 2022, ConvNeXt-T (depths 3-3-9-3, widths 96-768), torchvision layout."""
+
+    def __init__(self, num_classes: int = 1000, depths=(3, 3, 9, 3), dims=(96, 192, 384, 768)) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, dims[0], 4, 4), _ChannelsLastNorm(dims[0], eps=1e-6)]
+        for i, (depth, dim) in enumerate(zip(depths, dims)):
+            if i:
+                layers += [_ChannelsLastNorm(dims[i - 1], eps=1e-6), nn.Conv2d(dims[i - 1], dim, 2, 2)]
+            layers += [_ConvNeXtBlock(dim) for _ in range(depth)]
+        self.features = nn.Sequential(*layers)
+        self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+        self.head = nn.Linear(dims[-1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1)))

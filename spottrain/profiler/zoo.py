@@ -35,6 +35,8 @@ _NETWORKS: dict[str, Callable[[], nn.Module]] = {
     "vgg16": lambda: m.VGG(16),
     "vgg19": lambda: m.VGG(19),
     "mobilenet-v2": lambda: m.MobileNetV2(),
+    "efficientnet-b0": lambda: m.EfficientNetB0(),
+    "convnext-tiny": lambda: m.ConvNeXtTiny(),
     "vit-b16": lambda: m.ViT(),
     "transformer-base": lambda: m.TranslationTransformer(),
     "lstm-lm": lambda: m.LSTMLanguageModel(),
