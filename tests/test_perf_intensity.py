@@ -58,6 +58,22 @@ def test_dense_networks_keep_their_width_prediction():
     assert below("convnext-tiny") == 0.0  # its 4x MLPs do most of its FLOPs and writes
 
 
+def test_a_fitted_network_keeps_its_fitted_speed():
+    # GPT-2 small writes more per FLOP than its width says, but the calibration has its rows: its own
+    # fitted speed carries that, and telling the model its activations changes nothing. A network
+    # the calibration never saw is predicted from them.
+    from dataclasses import replace
+
+    m = default_model()
+    gpt2 = _query(Workload.from_zoo("gpt2-small", 8), "1xA100")
+    assert gpt2.intensity_below < -0.3 and "gpt2-small" in m.fitted_models_
+    dense = replace(gpt2, acts=gpt2.flops / 5000.0)  # a dense network's intensity
+    assert m.predict_one(gpt2).throughput == m.predict_one(dense).throughput
+    assert m.predict([gpt2], warn=False)[0].throughput == m.predict([dense], warn=False)[0].throughput
+    unseen, unseen_dense = replace(gpt2, model="my-lm", acts=gpt2.n_acts), replace(dense, model="my-lm")
+    assert m.predict_one(unseen).throughput < m.predict_one(unseen_dense).throughput
+
+
 def test_scalar_and_vectorised_paths_agree_beyond_the_range():
     m = default_model()
     q = _Query(model="mobilenet-v2", batch_size=128, cluster=ClusterSpec.parse("2xT4"), ps=0, sync="sync",

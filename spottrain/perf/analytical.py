@@ -8,7 +8,8 @@ parameters in n_t tensors), a two-term roofline::
                                                              (f_tf32) -- the rest on the FP32 CUDA cores
     e      = logistic(c0 + w_size * (log(b F) - 26))         achieved fraction of peak; bigger steps keep the GPU busier
     AI     = ai0 * (P_a / n_t / 2e4) ** w_ai  (x2 at fp16)   FLOPs per byte of activation traffic: grows with layer width;
-                                                             P_a = min(P, F / 6) the parameters that do arithmetic
+                                                             P_a = min(P, F / 6) the parameters that do arithmetic;
+                                                             x exp(below): F / A below dense networks' (intensity_below)
     s      = min(1, d / d0) ** beta  (GDDR boards only)       power limit: d = board W per dense fp16 TFLOPS (throttle)
     t_work = b F || 1 / (P_eff e s), 1 / (AI BW) ||_2 * exp(-(level + e_g + e_m + e_gm))
     t_comp = tau + || tau_t * n_t, t_work ||_p,  p = 1 + exp(ov)   per-step + per-tensor (dispatch) overhead
@@ -35,6 +36,13 @@ sample reads a few rows of: they widen no layer. NCF holds 97 % of its 1.6 M par
 embeddings (F / P = 0.16); counted as width they made it look as compute-bound as a CIFAR ResNet's
 widest layers, and its T4 throughput at batch 32k was predicted at 2x the measured (Pollux held out).
 Every other shipped model has F / P >= 140: the bound leaves them as they were.
+
+Width stands for intensity because a dense layer's FLOPs per element it writes grow with its input
+channels. Where the elements the forward pass writes per sample (A) are known (the zoo, a profile,
+a table's column), a network that writes more per FLOP than the dense networks' scatter about the
+width's line gets the excess one for one (:func:`intensity_below`): depthwise convolutions do
+18-50 FLOPs per element they write whatever their width, and MobileNetV2's speed on an H100 was
+predicted at 2-3.4x the measured from its width alone.
 
 Compute time and memory-traffic time combine as a 2-norm, ``sqrt(c^2 + m^2)``: between their sum
 (no overlap: a roofline per kernel where every kernel is either a GEMM or an elementwise pass) and
@@ -307,7 +315,8 @@ def intensity_below(dev):
     One-sided: above the line a network leans to the compute term, and the fit has seen such networks
     (VGG, the CIFAR ResNet-18: 0.5-0.7 above) without their being faster than their width says. Below
     it lie depthwise and grouped convolutions (MobileNetV2 2.0, EfficientNet-B0 1.6 below) and
-    vocabulary-sized logits (GPT-2, 0.8)."""
+    vocabulary-sized logits (GPT-2, 0.8). Only networks a fit has no rows of take it: a fitted
+    network's own speed carries its traffic (the calibration is the same with it or without)."""
     return np.minimum(np.asarray(dev, float) + INTENSITY_SCATTER, 0.0)
 
 

@@ -287,7 +287,8 @@ class _Query:
         acts = self.n_acts
         if not acts > 0:
             return 0.0
-        width = math.log(min(self.grad / 4.0, self.flops / an.FLOPS_PER_PARAM) / self.n_tensors) - an.WIDTH_REF
+        params = min(max(self.grad, 1.0) / 4.0, self.flops / an.FLOPS_PER_PARAM)  # as analytical.log_width
+        width = math.log(params / self.n_tensors) - an.WIDTH_REF
         return math.log(self.flops / acts) - an.INTENSITY_REF - an.INTENSITY_PER_WIDTH * width
 
     @property
@@ -307,7 +308,10 @@ class _Query:
 
 def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[str, int],
             model_effect: dict[str, int], inter_effect: dict[str, int] | None = None,
-            link_effect: dict[str, int] | None = None) -> tuple[an.Encoded, list]:
+            link_effect: dict[str, int] | None = None,
+            fitted_models: set[str] | None = None) -> tuple[an.Encoded, list]:
+    """Queries as arrays. ``fitted_models``: the models a fit has rows of, whose own fitted speed
+    carries their activation traffic (None: a fit's own rows, every one of them)."""
     inter_effect = inter_effect or {}
     link_effect = link_effect or {}
     K = max(len(q.cluster.groups) for q in queries)
@@ -340,7 +344,8 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      pix=np.array([q.pixels for q in queries], float),
                      ps_bshare=np.array([sh[0] if sh else np.nan for sh in shares], float),
                      ps_tshare=np.array([sh[1] if sh else np.nan for sh in shares], float),
-                     below=np.array([q.intensity_below for q in queries], float))
+                     below=np.array([q.intensity_below if fitted_models is not None and q.model not in fitted_models
+                                     else 0.0 for q in queries], float))
     return enc, resolved
 
 
@@ -825,7 +830,8 @@ class ThroughputModel:
         mmap = {k: i for i, k in enumerate(model_keys)}
         imap = {k: i for i, k in enumerate(inter_keys)}
         dev_index: dict[str, int] = {}
-        enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)})
+        enc, resolved = _encode(qs, dev_index, gmap, mmap, imap, {k: i for i, k in enumerate(link_keys)},
+                                fitted_models=self.fitted_models_)
         devs = _device_table(dev_index)
         eg, em = self._effect_arrays((gpu_keys, model_keys), g_effects)
         ei = np.array([self.inter_effects_[k] for k in inter_keys])
@@ -952,7 +958,8 @@ class ThroughputModel:
                               ntens=q.n_tensors, fp16=q.precision == "fp16", ps=q.ps, asyn=q.sync == "async",
                               model_effect=self.model_effects_.get(q.model, 0.0)
                               + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
-                              pix=q.pixels, ps_share=q.ps_share, below=q.intensity_below)
+                              pix=q.pixels, ps_share=q.ps_share,
+                              below=q.intensity_below if q.model not in self.fitted_models_ else 0.0)
 
     def score(self, measurements: list[Measurement]) -> float:
         """Mean absolute percentage error (%) on measured rows."""
