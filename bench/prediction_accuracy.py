@@ -347,14 +347,15 @@ def new_layer_rows(rows) -> None:
     from spottrain.perf.throughput import default_model
 
     train = [m for rs in rows.values() for m in rs]
-    lease = [m for f in ("zoo_lease5_h100.csv", "zoo_lease6_h100.csv") for m in read_measurements(BENCH_DATA / f)
-             if m.model != "resnet50"]
-    for name in ("mobilenet-v2", "efficientnet-b0", "convnext-tiny", "vit-b16"):
-        new = [m for m in lease if m.model == name]
+    lease = [m for f in ("zoo_lease5_h100.csv", "zoo_lease6_h100.csv", "zoo_lease7_h200.csv")
+             for m in read_measurements(BENCH_DATA / f) if m.model != "resnet50"]
+    for name, gpu in (("mobilenet-v2", "H100"), ("efficientnet-b0", "H100"), ("convnext-tiny", "H100"), ("vit-b16", "H100"),
+                      ("mobilenet-v2", "H200"), ("efficientnet-b0", "H200")):
+        new = [m for m in lease if m.model == name and gpu_of(m) == gpu]
         blind = [replace(m, model=f"unnamed-{name}") for m in new]
         p, cover, width = _interval_stats(default_model(), new)
         pw, cover_w, width_w = _interval_stats(default_model(), blind)
-        report(f"{name} (in no table, H100), shipped calibration", len(new), score(p, obs(new)), math.nan,
+        report(f"{name} (in no table, {gpu}), shipped calibration", len(new), score(p, obs(new)), math.nan,
                score(peak_baseline(train, new), obs(new)), "-",
                f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; intensity from the width alone: "
                f"{score(pw, obs(new)):.1f} % ({cover_w:.1f} % covered, x{width_w:.2f})")

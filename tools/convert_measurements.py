@@ -391,10 +391,12 @@ def write_default_model(out: str) -> None:
 
     from spottrain.perf.throughput import DEFAULT_PARAMS_FILE, fit_default_model
 
+    from spottrain.files import write_atomic
+
     path = os.path.join(out, DEFAULT_PARAMS_FILE)
-    with open(path, "w") as fh:
-        json.dump(fit_default_model().to_dict(), fh, indent=1, sort_keys=True)
-        fh.write("\n")
+    # Fitted first, then replaced whole: a fit that fails leaves the saved parameters as they were.
+    state = fit_default_model().to_dict()
+    write_atomic(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
     print(f"wrote the default model's fitted parameters to {path}")
 
 

@@ -741,7 +741,8 @@ class ThroughputModel:
         below = q.intensity_below if q.model not in self.fitted_models_ else 0.0
         if below <= -INTENSITY_NOTE:
             notes.append((f"{q.model} does {math.exp(-below):.1f}x fewer FLOPs per activation element than dense "
-                          "networks of its layer width (memory traffic from the roofline)", an.INTENSITY_SD * -below))
+                          "networks of its layer width (its extra traffic from the roofline, whose scaling across GPUs "
+                          "is uncertain)", an.INTENSITY_SD * -below))
         if q.cluster.nodes > 2 * max(self.max_nodes_, 1):
             notes.append((f"{q.cluster.nodes} nodes, fitted up to {self.max_nodes_}", NODES_LOG))
         if net_note is not None:
