@@ -143,3 +143,14 @@ def test_profile_reports_the_activations_the_workload_carries():
     # The zoo's generated table counts the same forward pass (plus the loss, once per batch here).
     assert p.activations_per_sample == pytest.approx(ZOO["resnet32"].activations_per_sample, rel=1e-3)
     assert Workload.from_profile(p.to_dict()).activations_per_sample == p.activations_per_sample
+
+
+def test_a_profiled_step_calibrates_a_depthwise_network_exactly():
+    # A profile on an H100 (the lease-5 timing of MobileNetV2 at 128: 54.6 ms a step) sets the
+    # network's whole speed: predicted back on that GPU it is the profiled step, and the intensity
+    # note goes (the profile measured the traffic).
+    w = Workload.from_zoo("mobilenet-v2", 128)
+    profiled = Workload(**{**w.__dict__, "step_time_s_ref": 0.054602, "ref_gpu": "H100"})
+    p = predict_throughput(profiled, "1xH100")
+    assert p.throughput == pytest.approx(128 / 0.054602, rel=0.05)
+    assert not any("activation element" in n for n in p.notes)

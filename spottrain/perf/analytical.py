@@ -290,20 +290,16 @@ def log_width(grad, flops, ntens):
     return np.log(params / ntens) - WIDTH_REF
 
 
-def log_intensity(grad, flops, ntens, acts):
-    """log of FLOPs per activation element (F / A) over what a dense network of the same layer width
-    has; 0 where ``acts``, the elements the forward pass writes per sample, are unknown.
+def log_intensity(flops, acts, width):
+    """log of FLOPs per activation element (F / A, ``acts`` the elements the forward pass writes per
+    sample) over what a dense network of layer width ``width`` (:func:`log_width`) has.
 
     The width stands for intensity in the fit: a dense layer's FLOPs per element it writes grow with
     its input channels. Over the zoo's dense networks log(F / A) follows the width at a slope of
     0.24 with a scatter of 0.46 (GPT-2's vocabulary-sized logits 0.8 below the line, VGG 0.5-0.7
     above). A 3x3 depthwise convolution does 18 FLOPs per element it writes whatever its width:
     MobileNetV2 sits 2.0 below the line, 7x less intensity than its width says."""
-    acts = np.asarray(acts, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        known = (np.log(np.asarray(flops, float) / acts) - INTENSITY_REF
-                 - INTENSITY_PER_WIDTH * log_width(grad, flops, ntens))
-    return np.where(acts > 0, known, 0.0)
+    return np.log(np.asarray(flops, float) / acts) - INTENSITY_REF - INTENSITY_PER_WIDTH * np.asarray(width, float)
 
 
 def intensity_below(dev):

@@ -220,7 +220,7 @@ def calibrated_workload(workload, own: OwnRuns, base):
     q = Measurement(model=workload.model, batch_size=workload.batch_size, cluster=ClusterSpec.parse(f"1x{gpu}"), ps=0,
                     sync="sync", throughput=None, flops_per_sample=workload.flops_per_sample,
                     param_count=int(workload.gradient_bytes / 4), precision=workload.precision,
-                    tensor_count=workload.tensor_count)
+                    tensor_count=workload.tensor_count, input="device")  # the GPU's step, as a profile times it
     fitted = refit_with_own_rows(base, own, folds=0)
     thr = fitted.predict([q], warn=False)[0].throughput
     return replace(workload, step_time_s_ref=workload.batch_size / thr, ref_gpu=gpu)

@@ -55,9 +55,9 @@ PATH_LOG = 0.15
 """Log sd added when a query runs on a precision path (FP16 / TF32 tensor cores, plain FP32) that no
 fitted row used: the fraction of FLOPs on the fast path is then only its prior."""
 NODES_LOG = 0.15
-# Smallest intensity below the dense networks' (log) that a prediction notes and widens for.
-INTENSITY_NOTE = 0.05
 """Log sd added per size far beyond the fitted range (more than twice the nodes or GPUs per node)."""
+INTENSITY_NOTE = 0.05
+"""Smallest intensity below the dense networks' scatter (log) that a prediction notes and widens for."""
 SPREAD_FLOOR = {"gpu": 0.15, "model": 0.2}
 SPREAD_CAP = 0.3
 """Largest log sd of an unseen model: with a handful of fitted models the median effect is noise
@@ -288,8 +288,7 @@ class _Query:
         if not acts > 0:
             return 0.0
         params = min(max(self.grad, 1.0) / 4.0, self.flops / an.FLOPS_PER_PARAM)  # as analytical.log_width
-        width = math.log(params / self.n_tensors) - an.WIDTH_REF
-        return math.log(self.flops / acts) - an.INTENSITY_REF - an.INTENSITY_PER_WIDTH * width
+        return float(an.log_intensity(self.flops, acts, math.log(params / self.n_tensors) - an.WIDTH_REF))
 
     @property
     def intensity_below(self) -> float:
@@ -1060,20 +1059,23 @@ def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:
         ref = device(w.ref_gpu)
     except Exception:  # noqa: BLE001 - profiled on a GPU we do not know: ignore the calibration
         return m
+    # A profile times steps on batches already on the device (no data loader): so is the step it is
+    # compared with, or a host pipeline the prediction waits for would be taken for the GPU's work.
     q = _Query(model=w.model, batch_size=w.batch_size, cluster=ClusterSpec.parse(f"1x{ref.name}"), ps=0, sync="sync",
                flops=w.flops_per_sample, grad=w.gradient_bytes, precision=w.precision, tensors=w.tensor_count,
-               acts=w.activations_per_sample)
+               acts=w.activations_per_sample, input="device")
     clone = ThroughputModel(**m.get_params())
     clone.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
     clone.model_effects_ = dict(m.model_effects_)
     clone.model_effects_[w.model] = 0.0
     clone.model_effects_.pop(_prec_key(w.model, w.precision), None)  # the profile gives the whole effect
     clone.correction_ = None
+    # The profiled step measures the model: its effect carries its traffic (no intensity correction).
+    clone.fitted_models_ = set(m.fitted_models_) | {w.model}
     pred = clone.predict([q], warn=False)[0]
     # The GPU-work part of the predicted and the profiled step (their fixed parts are the model's).
     t_pred = an.work_time(w.batch_size / pred.throughput, clone.theta_, q.n_tensors)
     t_meas = max(an.work_time(w.step_time_s_ref, clone.theta_, q.n_tensors), 1e-6)
     clone.model_effects_[w.model] = math.log(max(t_pred, 1e-9) / t_meas)
-    clone.fitted_models_ = set(m.fitted_models_) | {w.model}
     clone.fitted_gpus_ = set(m.fitted_gpus_) | {ref.name}
     return clone
