@@ -9,7 +9,8 @@ parameters in n_t tensors), a two-term roofline::
     e      = logistic(c0 + w_size * (log(b F) - 26))         achieved fraction of peak; bigger steps keep the GPU busier
     AI     = ai0 * (P_a / n_t / 2e4) ** w_ai  (x2 at fp16)   FLOPs per byte of activation traffic: grows with layer width;
                                                              P_a = min(P, F / 6) the parameters that do arithmetic;
-                                                             x exp(below): F / A below dense networks' (intensity_below)
+                                                             bytes per FLOP 1/AI + (exp(-below) - 1) / AI_fp32: the
+                                                             traffic of F / A below dense networks' (intensity_below)
     s      = min(1, d / d0) ** beta  (GDDR boards only)       power limit: d = board W per dense fp16 TFLOPS (throttle)
     t_work = b F || 1 / (P_eff e s), 1 / (AI BW) ||_2 * exp(-(level + e_g + e_m + e_gm))
     t_comp = tau + || tau_t * n_t, t_work ||_p,  p = 1 + exp(ov)   per-step + per-tensor (dispatch) overhead
@@ -312,7 +313,12 @@ def intensity_below(dev):
     (VGG, the CIFAR ResNet-18: 0.5-0.7 above) without their being faster than their width says. Below
     it lie depthwise and grouped convolutions (MobileNetV2 2.0, EfficientNet-B0 1.6 below) and
     vocabulary-sized logits (GPT-2, 0.8). Only networks a fit has no rows of take it: a fitted
-    network's own speed carries its traffic (the calibration is the same with it or without)."""
+    network's own speed carries its traffic (the calibration is the same with it or without).
+
+    The excess adds bytes per FLOP at the fp32 rate whatever the precision: depthwise kernels are held
+    on the SM side, not by memory bandwidth (an H200, 1.43x an H100's bandwidth, runs MobileNetV2
+    1.04-1.08x as fast) and fp16 does not halve them (MobileNetV2 and EfficientNet-B0 gain 1.3x
+    from it on an H100, where halving all their traffic predicted 1.7x)."""
     return np.minimum(np.asarray(dev, float) + INTENSITY_SCATTER, 0.0)
 
 
@@ -509,7 +515,9 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     width = log_width(enc.grad, enc.flops, enc.ntens)
     x = np.clip(g["c0"] + g["w_size"] * (np.log(work) - SIZE_REF), -30.0, 30.0)
     eff = (1.0 / (1.0 + np.exp(-x)))[:, None]
-    log_ai = g["log_ai"] + g["w_ai"] * width + enc.below + np.where(enc.fp16, math.log(2.0), 0.0)
+    # Bytes per FLOP: the width's traffic (halved at fp16) plus the excess below the dense networks' (not halved).
+    inv_ai = np.exp(-(g["log_ai"] + g["w_ai"] * width)) * (np.where(enc.fp16, 0.5, 1.0) + np.expm1(-enc.below))
+    log_ai = -np.log(inv_ai)
     c_flop = inv_peak / (1e12 * eff) * np.exp(-throttle(theta, devs.log_pd[d]))
     m_flop = 1.0 / (np.exp(log_ai)[:, None] * np.exp(devs.log_bw[d]) * 1e9)
     per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
@@ -646,8 +654,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     eff = 1.0 / (1.0 + math.exp(-x))
     f = 1.0 / (1.0 + math.exp(-(g["lam16"] if fp16 else g["lam_tf32"])))
     width = math.log(min(grad / 4.0, flops / FLOPS_PER_PARAM) / ntens) - WIDTH_REF  # as log_width
-    log_ai = g["log_ai"] + g["w_ai"] * width + below + (math.log(2.0) if fp16 else 0.0)
-    ai = math.exp(log_ai)
+    ai = math.exp(g["log_ai"] + g["w_ai"] * width) / ((0.5 if fp16 else 1.0) + math.expm1(-below))  # as evaluate
     t_step0, t_fixed = fixed_times(theta, ntens, study_over)
     link_eff, net_eff = math.exp(g["log_link_eff"]), math.exp(g["log_net_eff"])
     t_host = b * math.exp(g["log_t_in"]) * pix / PIX_REF
