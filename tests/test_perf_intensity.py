@@ -54,7 +54,7 @@ def test_dense_networks_keep_their_width_prediction():
     # width says), the width alone sets the intensity; below it, the excess traffic counts.
     def below(name):
         w = Workload.from_zoo(name)
-        return _query(w, "1xA100").intensity_below
+        return _query(w, "1xA100").intensity_below(set())  # as a network no fit has rows of
 
     assert [below(n) for n in ("resnet50", "bert-base", "vgg16", "resnet18-cifar", "vit-b16")] == [0.0] * 5
     assert below("gpt2-small") < -0.3  # vocabulary-sized logits: 0.8 below the line
@@ -70,7 +70,8 @@ def test_a_fitted_network_keeps_its_fitted_speed():
 
     m = default_model()
     gpt2 = _query(Workload.from_zoo("gpt2-small", 8), "1xA100")
-    assert gpt2.intensity_below < -0.3 and "gpt2-small" in m.fitted_models_
+    assert gpt2.intensity_below(set()) < -0.3 and "gpt2-small" in m.fitted_models_
+    assert gpt2.intensity_below(m.fitted_models_) == 0.0
     dense = replace(gpt2, acts=gpt2.flops / 5000.0)  # a dense network's intensity
     assert m.predict_one(gpt2).throughput == m.predict_one(dense).throughput
     assert m.predict([gpt2], warn=False)[0].throughput == m.predict([dense], warn=False)[0].throughput

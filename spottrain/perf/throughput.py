@@ -287,15 +287,16 @@ class _Query:
         acts = self.n_acts
         if not acts > 0:
             return 0.0
-        params = min(max(self.grad, 1.0) / 4.0, self.flops / an.FLOPS_PER_PARAM)  # as analytical.log_width
-        return float(an.log_intensity(self.flops, acts, math.log(params / self.n_tensors) - an.WIDTH_REF))
+        width = an.log_width(max(self.grad, 1.0), self.flops, self.n_tensors)  # the gradient bytes evaluate sees
+        return float(an.log_intensity(self.flops, acts, width))
 
-    @property
-    def intensity_below(self) -> float:
-        """How far (log, <= 0) :attr:`intensity` lies below the dense networks' scatter, see
-        :func:`analytical.intensity_below`."""
-        dev = self.intensity
-        return float(an.intensity_below(dev)) if dev else 0.0
+    def intensity_below(self, fitted_models: set[str] | None) -> float:
+        """How far (log, <= 0) :attr:`intensity` lies below the dense networks' scatter (see
+        :func:`analytical.intensity_below`), for a network none of ``fitted_models`` is; 0 for one a
+        fit has rows of (its own fitted speed carries its traffic) or with no fit named (a fit's own rows)."""
+        if fitted_models is None or self.model in fitted_models:
+            return 0.0
+        return float(an.intensity_below(self.intensity))
 
     @property
     def n_tensors(self) -> float:
@@ -343,8 +344,7 @@ def _encode(queries: list[_Query], dev_index: dict[str, int], gpu_effect: dict[s
                      pix=np.array([q.pixels for q in queries], float),
                      ps_bshare=np.array([sh[0] if sh else np.nan for sh in shares], float),
                      ps_tshare=np.array([sh[1] if sh else np.nan for sh in shares], float),
-                     below=np.array([q.intensity_below if fitted_models is not None and q.model not in fitted_models
-                                     else 0.0 for q in queries], float))
+                     below=np.array([q.intensity_below(fitted_models) for q in queries], float))
     return enc, resolved
 
 
@@ -736,8 +736,7 @@ class ThroughputModel:
             notes.append((f"{gpn_max} GPUs per node, fitted up to {self.max_gpus_per_node_}", NODES_LOG))
         if q.model not in self.fitted_models_:
             notes.append((f"model {q.model} not in the fitted data (predicted from its FLOPs)", sp["model"]))
-        # A network the fit has rows of has its own fitted speed: the intensity's correction is for unseen ones.
-        below = q.intensity_below if q.model not in self.fitted_models_ else 0.0
+        below = q.intensity_below(self.fitted_models_)
         if below <= -INTENSITY_NOTE:
             notes.append((f"{q.model} does {math.exp(-below):.1f}x fewer FLOPs per activation element than dense "
                           "networks of its layer width (its extra traffic from the roofline, whose scaling across GPUs "
@@ -959,7 +958,7 @@ class ThroughputModel:
                               model_effect=self.model_effects_.get(q.model, 0.0)
                               + self.model_effects_.get(_prec_key(q.model, q.precision), 0.0),
                               pix=q.pixels, ps_share=q.ps_share,
-                              below=q.intensity_below if q.model not in self.fitted_models_ else 0.0)
+                              below=q.intensity_below(self.fitted_models_))
 
     def score(self, measurements: list[Measurement]) -> float:
         """Mean absolute percentage error (%) on measured rows."""

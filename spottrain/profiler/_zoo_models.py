@@ -22,6 +22,7 @@ exactly (see :mod:`spottrain.profiler.zoo_info` for the counts and sources):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -311,22 +312,45 @@ class GPT2(nn.Module):
 # ---------------------------------------------------------------- MobileNetV2, ViT-B/16
 
 
-def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:
+def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1,
+             act: Callable[[], nn.Module] | None = None) -> nn.Sequential:
+    """Convolution (no bias, "same" padding), batch norm, then ``act()`` unless it is None (linear)."""
     layers: list[nn.Module] = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
                                nn.BatchNorm2d(cout)]
-    if act:
-        layers.append(nn.ReLU6(inplace=True))
+    if act is not None:
+        layers.append(act())
     return nn.Sequential(*layers)
 
 
-class _InvertedResidual(nn.Module):
-    """1x1 expansion, 3x3 depthwise, linear 1x1 projection; a residual when shapes allow."""
+def _relu6() -> nn.Module:
+    return nn.ReLU6(inplace=True)
 
-    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+
+class _SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeeze: int) -> None:
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, squeeze, 1)
+        self.expand = nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = F.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.expand(F.silu(self.reduce(s))))
+
+
+class _InvertedResidual(nn.Module):
+    """1x1 expansion, kxk depthwise, (squeeze-and-excitation,) linear 1x1 projection; a residual when
+    shapes allow. MobileNetV2's block (3x3, ReLU6) and EfficientNet's MBConv (SiLU, a squeeze to a
+    quarter of the block's input)."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int, *, kernel: int = 3,
+                 act: Callable[[], nn.Module] = _relu6, excite: bool = False) -> None:
         super().__init__()
         hidden = cin * expand
-        layers = [_conv_bn(cin, hidden, 1)] if expand != 1 else []
-        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden), _conv_bn(hidden, cout, 1, act=False)]
+        layers = [_conv_bn(cin, hidden, 1, act=act)] if expand != 1 else []
+        layers.append(_conv_bn(hidden, hidden, kernel, stride, groups=hidden, act=act))
+        if excite:
+            layers.append(_SqueezeExcite(hidden, max(1, cin // 4)))
+        layers.append(_conv_bn(hidden, cout, 1))
         self.conv = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 
@@ -342,13 +366,13 @@ class MobileNetV2(nn.Module):
 
     def __init__(self, num_classes: int = 1000) -> None:
         super().__init__()
-        layers: list[nn.Module] = [_conv_bn(3, 32, 3, 2)]
+        layers: list[nn.Module] = [_conv_bn(3, 32, 3, 2, act=_relu6)]
         cin = 32
         for t, c, n, s in self.SETTINGS:
             for i in range(n):
                 layers.append(_InvertedResidual(cin, c, s if i == 0 else 1, t))
                 cin = c
-        layers.append(_conv_bn(cin, 1280, 1))
+        layers.append(_conv_bn(cin, 1280, 1, act=_relu6))
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
 
@@ -382,38 +406,8 @@ class ViT(nn.Module):
 # ---------------------------------------------------------------- EfficientNet-B0, ConvNeXt-T
 
 
-class _SqueezeExcite(nn.Module):
-    def __init__(self, channels: int, squeeze: int) -> None:
-        super().__init__()
-        self.reduce = nn.Conv2d(channels, squeeze, 1)
-        self.expand = nn.Conv2d(squeeze, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = F.adaptive_avg_pool2d(x, 1)
-        return x * torch.sigmoid(self.expand(F.silu(self.reduce(s))))
-
-
-class _MBConv(nn.Module):
-    """EfficientNet's block: 1x1 expansion, kxk depthwise, squeeze-and-excitation, linear 1x1 projection."""
-
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, expand: int) -> None:
-        super().__init__()
-        hidden = cin * expand
-        layers: list[nn.Module] = []
-        if expand != 1:
-            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.SiLU()]
-        layers += [nn.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden, bias=False),
-                   nn.BatchNorm2d(hidden), nn.SiLU(), _SqueezeExcite(hidden, max(1, cin // 4)),
-                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
-        self.block = nn.Sequential(*layers)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.block(x) if self.residual else self.block(x)
-
-
 class EfficientNetB0(nn.Module):
-    """Tan & Le 2019, B0, torchvision layout (SiLU, squeeze to a quarter of the block's input)."""
+    """Tan & Le 2019, B0, torchvision layout (MBConv blocks: SiLU, squeeze to a quarter of the block's input)."""
 
     # (expansion, kernel, first stride, channels, repeats): the paper's Table 1.
     STAGES = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
@@ -421,13 +415,14 @@ class EfficientNetB0(nn.Module):
 
     def __init__(self, num_classes: int = 1000) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU()]
+        layers: list[nn.Module] = [_conv_bn(3, 32, 3, 2, act=nn.SiLU)]
         cin = 32
         for expand, kernel, stride, cout, repeats in self.STAGES:
             for i in range(repeats):
-                layers.append(_MBConv(cin, cout, kernel, stride if i == 0 else 1, expand))
+                layers.append(_InvertedResidual(cin, cout, stride if i == 0 else 1, expand, kernel=kernel, act=nn.SiLU,
+                                                excite=True))
                 cin = cout
-        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU()]
+        layers.append(_conv_bn(cin, 1280, 1, act=nn.SiLU))
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
 
