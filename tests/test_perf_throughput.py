@@ -59,9 +59,14 @@ def test_monotonic_and_physical():
     w = Workload.from_zoo("resnet50", 64)
     one = predict_throughput(w, "1xV100")
     assert predict_throughput(w, "1xH100").throughput > one.throughput > predict_throughput(w, "1xK80").throughput
+    node = [predict_throughput(w, f"1xV100:{n}").throughput for n in (1, 2, 4, 8)]
+    assert all(b >= a for a, b in zip(node, node[1:]))  # more GPUs in a node never slower
+    assert node[-1] <= 8 * node[0] * 1.001  # and never superlinear
     xs = [predict_throughput(w, f"{n}xV100").throughput for n in (1, 2, 4, 8)]
-    assert all(b >= a for a, b in zip(xs, xs[1:]))  # more workers never slower
-    assert xs[-1] <= 8 * xs[0] * 1.001  # and never superlinear
+    # Across nodes over TCP, two nodes may be slower than one (Pollux's T4s: ResNet-18 at batch 32,
+    # BERT at 4, NCF at 32-4103 per GPU all train slower on 2 nodes than on 1); beyond two, more
+    # nodes are faster, and never superlinear.
+    assert xs[1] < xs[2] < xs[3] <= 8 * xs[0] * 1.001
     slow = predict_throughput(w, "8xV100", network_gbps=1.0)
     assert slow.throughput < xs[-1] and slow.bottleneck == "network"
     one_ps = predict_throughput(w, "16xV100", ps=1, sync="async")

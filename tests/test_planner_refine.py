@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -139,8 +140,13 @@ def test_candidates_sweep_around_the_fastest_failure_free_size(request16):
     deadline = ctx.limits.deadline_s
     spot = next(i for i, c in enumerate(ctx.cands) if c.spot)
     sel = ctx.cols.cand == spot
-    n0 = int(ctx.cols.n[sel][ctx.cols.work[sel] / ctx.cols.thr[sel] <= deadline].min())
-    assert {n0, n0 + 1, n0 + 2, 2 * n0, 3 * n0} <= spot_sizes
+    t_free = dict(zip(ctx.cols.n[sel].tolist(), (ctx.cols.work[sel] / ctx.cols.thr[sel]).tolist()))
+    n0 = min(n for n, t in t_free.items() if t <= deadline)
+    # The sizes next to it that finish by the deadline too: more nodes are not always faster (two
+    # p3.16xlarge nodes train ResNet-50 at batch 64 slower than one, all-reduce bound).
+    near = {n for n in (n0, n0 + 1, n0 + 2, 2 * n0, 3 * n0) if t_free.get(n, math.inf) <= deadline}
+    assert len(near) >= 2 and near <= spot_sizes
+    assert not any(t_free.get(n, math.inf) > deadline for n in spot_sizes)
     assert any(not p.groups[0].spot for _, p in cands)  # on-demand sizes too
     spot_only = candidate_plans(ctx, result, on_demand=False)
     assert all(p.groups[0].spot for o, p in spot_only if o == "sweep")

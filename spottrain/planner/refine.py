@@ -270,7 +270,9 @@ def candidate_plans(ctx: Context, result: PlanResult, *, baselines: bool = False
     if want_i:
         j_of = smallest_at_least(np.asarray(want_i, dtype=np.int64), np.asarray(want_s, dtype=np.int64))
         for i, j in zip(want_i, j_of):
-            if j >= 0:
+            # A size next to the reference need not fit too: two TCP nodes can train slower than one
+            # (Pollux's two-node all-reduce), so more nodes are not always faster.
+            if j >= 0 and fit[j]:
                 picks.setdefault((i, int(cols.n[j])), "sweep")
     chosen = sorted(picks.items())
     j_all = smallest_at_least(np.asarray([i for (i, _), _ in chosen], dtype=np.int64),
