@@ -1,0 +1,78 @@
+"""Pollux's rows across nodes, held out per model, scored per node count.
+
+    .venv/bin/python bench/multi_node_by_size.py [--write bench/results/multi_node_by_size.md]
+
+The rows of bench/prediction_accuracy.py's multi-node goal (each Pollux model's rows across 2-16
+nodes, predicted with that model's one-node rows known), split by the number of nodes: where the
+error and the intervals' misses are. Two fits per held-out model, as on that page: the joint fit
+(the other studies, Pollux's other models and the held model's one-node rows) and a user's
+``predict --measurements`` (the held model's one-node rows on a prior fitted on everything else).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from prediction_accuracy import STUDIES, fit  # noqa: E402
+
+from spottrain.perf import ThroughputModel, load_shipped  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def scored() -> dict[tuple[str, int], list[tuple[float, float, float, float]]]:
+    """(path, nodes) -> one (measured, predicted, low, high) per held-out row."""
+    rows = {name: load_shipped((table,)) for name, table in STUDIES.items()}
+    po = rows["Pollux"]
+    others = [m for name, rs in rows.items() if name != "Pollux" for m in rs]
+    out: dict = defaultdict(list)
+    for held in sorted({m.model for m in po}):
+        rest = [m for m in po if m.model != held]
+        user = [m for m in po if m.model == held and m.cluster.nodes == 1]
+        test = [m for m in po if m.model == held and m.cluster.nodes > 1]
+        joint = fit(others + rest + user)
+        mine = ThroughputModel(prior=fit(others + rest), folds=5 if len(user) >= 10 else 0).fit(user)
+        for path, model in (("one node measured (joint fit)", joint), ("predict --measurements", mine)):
+            for m, p in zip(test, model.predict(test, warn=False)):
+                out[path, m.cluster.nodes].append((m.throughput, p.throughput, p.low, p.high))
+        print(f"  {held}: done", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    t0 = time.time()
+    res = scored()
+    lines = ["# Pollux across nodes, per node count", "",
+             "Command: `.venv/bin/python bench/multi_node_by_size.py`  ",
+             f"Machine: {platform.machine()}, Python {platform.python_version()}; runtime {time.time() - t0:.0f} s.", "",
+             "Each Pollux model held out; its rows across nodes predicted with its one-node rows known, scored per "
+             "number of nodes. Bias: mean log(predicted / measured), + = predicted too fast.", "",
+             "| path | nodes | rows | MAPE % | bias % | ~90 % interval covers % | below the interval % | median width |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (path, nodes), v in sorted(res.items()):
+        y, p, lo, hi = (np.array(c) for c in zip(*v))
+        lines.append(f"| {path} | {nodes} | {len(y)} | {np.mean(np.abs(p / y - 1)) * 100:.1f} | "
+                     f"{np.mean(np.log(p / y)) * 100:+.1f} | {np.mean((lo <= y) & (y <= hi)) * 100:.1f} | "
+                     f"{np.mean(y < lo) * 100:.1f} | x{np.median(hi / lo):.2f} |")
+    print("\n".join(lines))
+    out = argv[argv.index("--write") + 1] if "--write" in argv else str(HERE / "results" / "multi_node_by_size.md")
+    from _pages import write_page
+
+    write_page(out, lines)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
