@@ -19,3 +19,12 @@ def write_page(path: str | Path, lines: list[str]) -> None:
     reading = old[old.index(READING):] if READING in old else ""
     body = "\n".join(lines).rstrip("\n") + "\n"
     path.write_text(body + "\n" + reading if reading else body)
+
+
+def write_results(argv: list[str], script: str, lines: list[str]) -> None:
+    """Write a benchmark's page to the path after ``--write`` in ``argv``, else to
+    ``bench/results/<script's stem>.md`` (:func:`write_page`), and say where."""
+    out = argv[argv.index("--write") + 1] if "--write" in argv else str(
+        Path(script).resolve().parent / "results" / f"{Path(script).stem}.md")
+    write_page(out, lines)
+    print(f"wrote {out}")

@@ -140,11 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {NAMES[m]} | {b:g} | {'yes' if sub[0]['extrapolated'] else 'no'} | "
                          f"{np.mean(_ape(sub, 'ours')):.1f} | {np.mean(_ape(sub, 'baseline')):.1f} | "
                          f"{sum(r['low'] <= r['measured'] <= r['high'] for r in sub)}/{len(sub)} |")
-    out = argv[argv.index("--write") + 1] if "--write" in argv else str(HERE / "results" / "batch_convergence.md")
-    from _pages import write_page
+    from _pages import write_results
 
-    write_page(out, lines)
-    print(f"wrote {out}")
+    write_results(argv, __file__, lines)
     return 0
 
 

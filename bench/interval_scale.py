@@ -93,11 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     for k in SCALES:
         lines.append(f"| {k:.2f} | " + " | ".join(f"{outer[s][k]:.1f}" for s in names) + " |")
     print("\n".join(lines))
-    out = argv[argv.index("--write") + 1] if "--write" in argv else str(HERE / "results" / "interval_scale.md")
-    from _pages import write_page
+    from _pages import write_results
 
-    write_page(out, lines)
-    print(f"wrote {out}")
+    write_results(argv, __file__, lines)
     return 0
 
 

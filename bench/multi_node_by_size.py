@@ -66,11 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{np.mean(np.log(p / y)) * 100:+.1f} | {np.mean((lo <= y) & (y <= hi)) * 100:.1f} | "
                      f"{np.mean(y < lo) * 100:.1f} | x{np.median(hi / lo):.2f} |")
     print("\n".join(lines))
-    out = argv[argv.index("--write") + 1] if "--write" in argv else str(HERE / "results" / "multi_node_by_size.md")
-    from _pages import write_page
+    from _pages import write_results
 
-    write_page(out, lines)
-    print(f"wrote {out}")
+    write_results(argv, __file__, lines)
     return 0
 
 

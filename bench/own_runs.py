@@ -115,10 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{statistics.fmean(ape(r['mid'], r['measured']) for r in mid):.1f} |")
     lines.append("")
     print("\n".join(lines))
-    out = argv[argv.index("--write") + 1] if "--write" in argv else str(HERE / "results" / "own_runs.md")
-    from _pages import write_page
+    from _pages import write_results
 
-    write_page(out, lines)
+    write_results(argv, __file__, lines)
     return 0
 
 
