@@ -375,29 +375,43 @@ def _device_table(dev_index: dict[str, int]) -> an.DeviceTable:
     )
 
 
-def _fit_two_node(resid, z: np.ndarray, n_data: int, mean: float) -> np.ndarray:
-    """``z`` with the two-node rate (``log_two_node``) fitted alone, every other parameter held where
-    the main fit (which holds this one at its prior mean) left it.
+NETWORK_STAGE = ("log_two_node", "log_ar_cap", "log_ar_lat", "link_spread")
+"""Globals fitted after the main fit, on its residuals, every other parameter held: the two-node rate,
+the TCP rate, the latency of a ring step between nodes and the spread of the links' rates (see
+``_fit_network``)."""
 
-    Only all-reduce rows between exactly two TCP nodes depend on it, so it moves those rows only.
-    Refitting the TCP rate C with it (raised once two-node rows stop pulling it down) made the step
-    from 2-4 nodes to 6-16 worse (held out 13.7 -> 16.7 %): larger clusters are already slower than
-    the ring says. ``resid``: the fit's residual function, whose first ``n_data`` entries are the
-    rows' (throughputs, then sync times); ``mean``: the rate's prior mean (0, or the prior model's)."""
-    from scipy.optimize import minimize_scalar
 
-    k = an.G_INDEX["log_two_node"]
-    sd = an.PRIOR["log_two_node"][1]
+def _fit_network(resid, z: np.ndarray, n_data: int, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """``z`` with the TCP all-reduce's network parameters (:data:`NETWORK_STAGE`) fitted together,
+    every other parameter held where the main fit (which holds the two-node rate at 1 and every link
+    alike) left them. Only all-reduce rows across TCP nodes depend on them, so no other row moves.
 
-    def cost(v: float) -> float:
+    Fitted with the rest, one cloud's two-node rows moved the compute parameters (Lambda held out
+    13.8 -> 16.7 %). The two-node rate fitted alone left C and the latency where the main fit's
+    two-node rows and equal links had put them: 3-4 nodes predicted 6-8 % too slow, 16 nodes 5 %
+    too fast. C refitted with it made 16 nodes faster still, unless the ring's slowest link slows
+    larger rings (the spread); the latency comes with them, having absorbed that growth in the
+    main fit. ``resid``: the fit's residual function, whose first ``n_data`` entries are the rows'
+    (throughputs, then sync times); ``mean``, ``sd``: the globals' prior (physics, or a prior
+    model's values)."""
+    from scipy.optimize import minimize
+
+    ks = [an.G_INDEX[n] for n in NETWORK_STAGE]
+    m = np.array([mean[k] for k in ks])
+    s = np.array([sd[k] for k in ks])
+
+    def cost(v: np.ndarray) -> float:
         zz = z.copy()
-        zz[k] = v
+        zz[ks] = v
         r = resid(zz)[:n_data]
-        return float(np.sum(r[np.isfinite(r)] ** 2) + ((v - mean) / sd) ** 2)
+        return float(np.sum(r[np.isfinite(r)] ** 2) + np.sum(((v - m) / s) ** 2))
 
+    bounds = [(mk - 4 * sk, mk + 4 * sk) for mk, sk in zip(m, s)]
+    j = NETWORK_STAGE.index("link_spread")
+    bounds[j] = (0.0, max(m[j] + 4 * s[j], 0.0))
+    start = np.clip(z[ks], [b[0] for b in bounds], [b[1] for b in bounds])
     out = z.copy()
-    out[k] = minimize_scalar(cost, bounds=(mean - 4 * sd, mean + 4 * sd), method="bounded",
-                             options={"xatol": 1e-4}).x
+    out[ks] = minimize(cost, start, method="L-BFGS-B", bounds=bounds, options={"ftol": 1e-10}).x
     return out
 
 
@@ -504,8 +518,10 @@ class ThroughputModel:
             sd[an.G_INDEX["log_tau_t"]] = HELD_SD
         if len({q.grad / q.n_tensors for q in queries}) < 2:
             sd[an.G_INDEX["w_ai"]] = HELD_SD
-        # The two-node rate is fitted after everything else, on the rows it touches (_fit_two_node).
-        sd[an.G_INDEX["log_two_node"]] = HELD_SD
+        # The TCP all-reduce's rates are fitted after everything else, on the rows they touch (_fit_network).
+        net_sd = np.array([an.PRIOR[n][1] if n in an.NEUTRAL else sd[an.G_INDEX[n]] for n in an.GLOBALS])
+        for name in an.NEUTRAL:
+            sd[an.G_INDEX[name]] = HELD_SD
         gpu_keys = sorted({f"{device(g.gpu).name}/{q.precision}" for q in queries for g in q.cluster.groups})
         models = sorted({q.model for q in queries})
         # A model's mixed-precision effect: fp16 rows only, fp32 is the reference of the model effect.
@@ -571,8 +587,8 @@ class ThroughputModel:
         z0 = np.concatenate([mean, g0, m0, i0, l0, np.zeros(2 * nS)])
         sol = least_squares(resid, z0, method="lm", x_scale=1.0, max_nfev=60 * (len(z0) + 1))
         z = sol.x
-        if any(q.tcp_across_nodes and q.cluster.nodes == 2 for q in queries):
-            z = _fit_two_node(resid, z, len(rows) + len(sync_ix), mean[an.G_INDEX["log_two_node"]])
+        if any(q.tcp_across_nodes for q in queries):
+            z = _fit_network(resid, z, len(rows) + len(sync_ix), mean, net_sd)
         self.theta_ = z[: len(mean)]
         self.gpu_effects_ = dict(zip(gpu_keys, z[len(mean): len(mean) + nG]))
         self.model_effects_ = dict(zip(model_keys, z[nT + nG: nT + nG + nM]))
@@ -938,9 +954,9 @@ class ThroughputModel:
         for k in cls._STATE:
             v = data.get(k, cls._STATE_DEFAULTS[k]) if k in cls._STATE_DEFAULTS else data[k]
             if k == "theta_":
-                # A model saved before a global was added takes that global's prior mean, which leaves
-                # its predictions as they were (the two-node rate: 0, no change).
-                v = np.array(list(v) + [an.PRIOR[n][0] for n in an.GLOBALS[len(saved):]], float)
+                # A model saved before a global was added takes the value at which that global
+                # changes nothing (an.NEUTRAL): its predictions stay as they were.
+                v = np.array(list(v) + [an.NEUTRAL[n] for n in an.GLOBALS[len(saved):]], float)
             elif k in ("fitted_gpus_", "fitted_models_", "fitted_pairs_", "own_gpus_", "own_models_", "own_configs_",
                        "ar_clouds_"):
                 v = set(v)
