@@ -32,11 +32,14 @@ from spottrain.perf import ThroughputModel, load_shipped  # noqa: E402
 warnings.filterwarnings("ignore")
 
 
-def scored() -> dict[tuple[str, int], list[tuple[float, float, float, float]]]:
-    """(path, nodes) -> one (measured, predicted, low, high) per held-out row."""
+def split() -> tuple[list, list]:
+    """(Pollux's rows, every other study's rows)."""
     rows = {name: load_shipped((table,)) for name, table in STUDIES.items()}
-    po = rows["Pollux"]
-    others = [m for name, rs in rows.items() if name != "Pollux" for m in rs]
+    return rows["Pollux"], [m for name, rs in rows.items() if name != "Pollux" for m in rs]
+
+
+def scored(po, others) -> dict[tuple[str, int], list[tuple[float, float, float, float]]]:
+    """(path, nodes) -> one (measured, predicted, low, high) per held-out row."""
     out: dict = defaultdict(list)
     for held in sorted({m.model for m in po}):
         rest = [m for m in po if m.model != held]
@@ -51,13 +54,10 @@ def scored() -> dict[tuple[str, int], list[tuple[float, float, float, float]]]:
     return out
 
 
-def beyond_four_nodes() -> dict[int, list[tuple[float, float, float, float]]]:
+def beyond_four_nodes(po, others) -> dict[int, list[tuple[float, float, float, float]]]:
     """nodes -> (measured, predicted, low, high) of Pollux's 6-16 node rows, predicted by a fit on
     every other study and Pollux's rows of 1-4 nodes (every model): how far the network model
     carries past the cluster sizes it was fitted on."""
-    rows = {name: load_shipped((table,)) for name, table in STUDIES.items()}
-    po = rows["Pollux"]
-    others = [m for name, rs in rows.items() if name != "Pollux" for m in rs]
     model = fit(others + [m for m in po if m.cluster.nodes <= 4])
     test = [m for m in po if m.cluster.nodes >= 6]
     out: dict = defaultdict(list)
@@ -75,7 +75,8 @@ def _line(label: str, v) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     t0 = time.time()
-    res = scored()
+    po, others = split()
+    res = scored(po, others)
     lines = ["# Pollux across nodes, per node count", "",
              "Command: `.venv/bin/python bench/multi_node_by_size.py`  ",
              f"Machine: {platform.machine()}, Python {platform.python_version()}; runtime {time.time() - t0:.0f} s.", "",
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (path, nodes), v in sorted(res.items()):
         lines.append(_line(f"{path} | {nodes}", v))
-    far = beyond_four_nodes()
+    far = beyond_four_nodes(po, others)
     lines += ["", "Past the sizes fitted: every model's rows of 6-16 nodes, predicted by a fit on the other studies and "
               "Pollux's rows of 1-4 nodes (all four models).", "",
               "| nodes | rows | MAPE % | bias % | ~90 % interval covers % | below the interval % | median width |",

@@ -270,7 +270,8 @@ PRIOR = {
     # x/1.65 at one sd; held below LINE_EFF.
     "log_rdma_eff": (math.log(0.55), 0.5),
     # A TCP all-reduce between exactly two nodes against three or more: no direction assumed
-    # (x/1.65 at one sd). Held at this mean by the main fit, then fitted alone (see the docstring).
+    # (x/1.65 at one sd). Held at this mean by the main fit, then fitted with the TCP rate, the
+    # ring-step latency and the links' spread (see the docstring).
     "log_two_node": (0.0, 0.5),
     # Log sd of the rate one TCP link between two cloud nodes reaches, from pair to pair: a ring of N
     # nodes crosses N links and runs at the slowest one's pace, exp(spread z_N) slower than a typical

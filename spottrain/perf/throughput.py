@@ -379,6 +379,10 @@ NETWORK_STAGE = ("log_two_node", "log_ar_cap", "log_ar_lat", "link_spread")
 """Globals fitted after the main fit, on its residuals, every other parameter held: the two-node rate,
 the TCP rate, the latency of a ring step between nodes and the spread of the links' rates (see
 ``_fit_network``)."""
+NETWORK_HELD = ("log_two_node", "link_spread")
+"""Those of :data:`NETWORK_STAGE` the main fit holds at their prior means (a rate of 1, every link
+alike): there the compute parameters would stand in for them. They take their physics prior's sd in
+the network stage."""
 
 
 def _fit_network(resid, z: np.ndarray, n_data: int, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
@@ -519,8 +523,8 @@ class ThroughputModel:
         if len({q.grad / q.n_tensors for q in queries}) < 2:
             sd[an.G_INDEX["w_ai"]] = HELD_SD
         # The TCP all-reduce's rates are fitted after everything else, on the rows they touch (_fit_network).
-        net_sd = np.array([an.PRIOR[n][1] if n in an.NEUTRAL else sd[an.G_INDEX[n]] for n in an.GLOBALS])
-        for name in an.NEUTRAL:
+        net_sd = np.array([an.PRIOR[n][1] if n in NETWORK_HELD else sd[an.G_INDEX[n]] for n in an.GLOBALS])
+        for name in NETWORK_HELD:
             sd[an.G_INDEX[name]] = HELD_SD
         gpu_keys = sorted({f"{device(g.gpu).name}/{q.precision}" for q in queries for g in q.cluster.groups})
         models = sorted({q.model for q in queries})
