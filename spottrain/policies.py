@@ -14,6 +14,7 @@ No I/O, no clocks, no randomness: everything a policy needs is in the state.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from spottrain import literature_policies
@@ -44,6 +45,14 @@ def _fallback_slack(state: JobState) -> tuple[float, float]:
     return state.deadline_s - state.now_s - need_s - od_delay, od_delay + state.restart_overhead_s
 
 
+def _on_fallback(state: JobState) -> bool:
+    """Whether the on-demand fallback runs or boots: more on-demand nodes live or requested than
+    the plan has. A plan's own on-demand nodes (an anchor beside spot groups) are not the fallback:
+    when every spot node is gone they train alone, at a fraction of the plan's rate."""
+    planned = sum(1 for n in state.planned if not n.spot)
+    return sum(1 for n in state.nodes if not n.spot) + state.pending_on_demand > planned
+
+
 def uniform_progress(state: JobState) -> Decision:
     """Can't Be Late (NSDI'24): stay on spot while the slack allows, else go on-demand.
 
@@ -51,11 +60,10 @@ def uniform_progress(state: JobState) -> Decision:
     - one restart. While slack is positive, behave like :func:`replace_same`; once it is gone,
     switch to the on-demand cluster so the deadline is still met.
     """
-    if state.deadline_s is not None and state.on_demand_fallback and state.event in ("revoked", "tick", "price_change"):
+    if (state.deadline_s is not None and state.on_demand_fallback and any(n.spot for n in state.planned)
+            and state.event in ("revoked", "tick", "price_change")):
         slack = _fallback_slack(state)[0]
-        all_on_demand = state.nodes and all(not n.spot for n in state.nodes)
-        # pending_on_demand: the fallback was already requested and is still booting
-        if slack <= 0 and not all_on_demand and not state.pending_on_demand:
+        if slack <= 0 and not _on_fallback(state):
             return _to_on_demand(state, f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline")
     return replace_same(state)
 
@@ -73,8 +81,16 @@ def _margin_s(deadline_s: float) -> float:
 
 
 def _to_on_demand(state: JobState, reason: str) -> Decision:
-    """Release the spot nodes, checkpoint, and request the on-demand fallback."""
-    return Decision(switch_to_on_demand=True, request=state.on_demand_fallback,
+    """Release the spot nodes, checkpoint, and request the on-demand fallback: the part of it that
+    the live on-demand nodes (the plan's own) do not already make up, type for type."""
+    have = Counter(n.instance_type for n in state.nodes if not n.spot)
+    request = []
+    for o in state.on_demand_fallback:
+        if have[o.instance_type] > 0:
+            have[o.instance_type] -= 1
+        else:
+            request.append(o)
+    return Decision(switch_to_on_demand=True, request=tuple(request),
                     release=tuple(n.node_id for n in state.nodes if n.spot), checkpoint_now=True, reason=reason)
 
 
@@ -117,7 +133,15 @@ def deadline_return(state: JobState) -> Decision:
     slack -= margin
     buffer_s = RETURN_BUFFER_SWITCHES * switch_s
     spot_live = [n for n in state.nodes if n.spot]
-    od_live = [n for n in state.nodes if not n.spot]
+    # the fallback's nodes: every on-demand node beyond the plan's own, type for type
+    own = Counter(n.instance_type for n in state.planned if not n.spot)
+    od_live = []
+    for n in state.nodes:
+        if not n.spot:
+            if own[n.instance_type] > 0:
+                own[n.instance_type] -= 1
+            else:
+                od_live.append(n)
     if od_live:
         # on the fallback: back to spot once the plan's spot nodes have joined
         if len(spot_live) >= len(planned_spot):
@@ -167,8 +191,7 @@ def deadline_cheapest(state: JobState) -> Decision:
         return replace_cheapest(state)
     if state.event == "notice":
         return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
-    on_demand = sum(1 for n in state.nodes if not n.spot) + state.pending_on_demand
-    if on_demand > len(state.planned) - planned_spot:
+    if _on_fallback(state):
         return Decision()  # the fallback is running or booting: stay on it
     plan_types = {n.instance_type for n in state.planned if n.spot}
     others = tuple(n.node_id for n in state.nodes if n.spot and n.instance_type not in plan_types)

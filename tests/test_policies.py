@@ -247,3 +247,42 @@ def test_deadline_cheapest_moves_back_to_the_plans_type_when_it_is_granted_again
     assert set(get_policy("deadline-cheapest")(joined).release) == {"t0", "t1", "t2"}
     half = state(event="joined", nodes=(node(0), node(1)) + _on_t4(3), deadline_s=100_000.0, on_demand_fallback=_od())
     assert get_policy("deadline-cheapest")(half).release == ()
+
+
+def _anchored():
+    """A plan of one on-demand anchor beside three spot nodes; its fallback is four on-demand nodes."""
+    return (node(9, spot=False),) + tuple(node(i) for i in range(3))
+
+
+def test_uniform_progress_falls_back_when_only_the_plans_on_demand_anchor_is_left():
+    planned = _anchored()
+    tight = dict(deadline_s=1000.0 + 2600.0, on_demand_fallback=_od(), planned=planned)
+    for name in ("uniform-progress", "deadline-margin"):
+        # every spot node revoked: the anchor alone trains at a quarter of the plan's rate
+        d = get_policy(name)(state(nodes=planned[:1], subject="n2", **tight))
+        assert d.switch_to_on_demand, name
+        assert len(d.request) == 3 and not d.release, name  # the anchor is one of the fallback's four
+        # the three requested and booting: nothing more
+        d = get_policy(name)(state(nodes=planned[:1], pending=3, pending_on_demand=3, event="tick", **tight))
+        assert not d.switch_to_on_demand and not d.request, name
+        # on the fallback (anchor + three): stays
+        on_od = planned[:1] + tuple(node(10 + i, spot=False) for i in range(3))
+        assert not get_policy(name)(state(nodes=on_od, event="tick", **tight)).switch_to_on_demand, name
+
+
+def test_uniform_progress_leaves_on_demand_plans_alone():
+    od_plan = tuple(node(i, spot=False) for i in range(4))
+    d = uniform_progress(state(event="tick", nodes=od_plan, planned=od_plan, deadline_s=1500.0, on_demand_fallback=_od()))
+    assert not d.switch_to_on_demand and not d.request and not d.release
+
+
+def test_deadline_return_keeps_the_plans_anchor_when_spot_is_back():
+    planned = _anchored()
+    on_od = planned[:1] + tuple(node(10 + i, spot=False) for i in range(3))
+    kw = dict(planned=planned, on_demand_fallback=_od(), deadline_s=4700.0)
+    # the full plan live, nothing else: the anchor is the plan's, not a fallback to release
+    d = get_policy("deadline-return")(state(event="tick", nodes=planned, **kw))
+    assert not d.release and not d.switch_to_on_demand
+    # spot back beside the fallback: release the fallback's three, keep the anchor
+    d = get_policy("deadline-return")(state(event="joined", nodes=on_od + planned[1:], **kw))
+    assert set(d.release) == {"n10", "n11", "n12"}
