@@ -89,8 +89,12 @@ fitted global g16 saying where between the two the measured frameworks sit.
 
   with B_node the slowest node's nominal NIC rate and C (``ar_cap``) the rate a collective over
   TCP sockets achieves per node whatever the NIC: cloud networks without RDMA reach a small part
-  of what is sold (AWS caps one flow at 5 Gbit/s outside a cluster placement group, a tenth of a
-  g4dn.12xlarge's 50; Pollux's g4dn all-reduce fits C ~ 5 Gbit/s). The harmonic sum is a smooth
+  of what is sold. No per-flow cap sets C: NCCL spreads each connection over several sockets
+  where it recognises the cloud's NIC (16 on AWS's ENA, 2 helper threads x 8; 4 threads on GCP's
+  gVNIC; 1 elsewhere), so AWS's 5 Gbit/s per flow outside a cluster placement group does not
+  bind. The helper threads copying through host memory do, and their rate depends on the host
+  and the NCCL version, which no datasheet states (Pollux's g4dn.12xlarge all-reduce fits C ~ 8
+  Gbit/s, a sixth of its 50). The harmonic sum is a smooth
   minimum: a 10 Gbit/s node is held near its line rate, a 50 Gbit/s one near C. Nodes of
   RDMA_GBPS and more (p4d/p5 with EFA, InfiniBand hosts) do not go through TCP: B_eff = r B_node
   there, r (``rdma_eff``) the fraction of the line rate NCCL's ring reaches over RDMA (prior 0.55,
@@ -237,9 +241,11 @@ PRIOR = {
     # multi-node with one node measured: 15.1 %, 13.6 % at sd 0.5).
     "g16": (2.0, 0.5),
     # Rate (Gbit/s per node) an inter-node all-reduce over TCP sockets achieves, whatever the NIC
-    # sold: AWS limits one flow to 5 Gbit/s outside a cluster placement group, 10 inside
-    # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html);
-    # wide (x2 at one sd).
+    # sold. One TCP flow is capped at 5 Gbit/s on AWS outside a cluster placement group, 10 inside
+    # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html),
+    # but NCCL's socket transport opens 16 sockets per connection on AWS (2 threads x 8, chosen by
+    # the NIC's PCI vendor; 4 on GCP), so the cap is its host-side copying rather than the flow
+    # limit: a prior at the flow limit, wide (x2 at one sd) for the hosts and NCCL versions between.
     "log_ar_cap": (math.log(5.0), 0.7),
     # Latency of one ring step of one gradient bucket between nodes (TCP sockets: 0.05-1 ms).
     "log_ar_lat": (math.log(2e-4), 1.5),

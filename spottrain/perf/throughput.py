@@ -821,8 +821,9 @@ class ThroughputModel:
                 return None
             return "no all-reduce over RDMA (EFA, InfiniBand) in the fitted data (achieved network rate from its prior)"
         if cap_share > 0.0 and self.ar_clouds_ and "" not in self.ar_clouds_:
-            # The achieved rate is the fitted clouds' (AWS caps one TCP flow at 5 Gbit/s; other clouds
-            # cap flows differently or not at all): on another cloud it is as unknown as its prior.
+            # The achieved rate is the fitted clouds' (NCCL's socket transport opens 16 sockets per
+            # connection on AWS, 4 threads' worth on GCP, one socket elsewhere, and clouds cap flows
+            # differently): on another cloud it is as unknown as its prior.
             cloud = q.clouds
             if cloud is not None and cloud not in self.ar_clouds_:
                 return (f"all-reduce across nodes measured on {', '.join(sorted(self.ar_clouds_))} only, not on "
