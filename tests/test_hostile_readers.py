@@ -19,7 +19,7 @@ from spottrain.cli import options
 from spottrain.errors import InputError, SpottrainError
 from spottrain.files import parse_csv, read_csv, read_json
 from spottrain.perf.convergence import read_loss_curves
-from spottrain.perf.measurements import parse_row, read_measurements, read_table
+from spottrain.perf.measurements import DEFAULTED_COLUMNS, REQUIRED_COLUMNS, parse_row, read_measurements, read_table
 from spottrain.plan_file import Plan
 from spottrain.profiler.schema import Profile
 from spottrain.transience.events import load_user_trace
@@ -110,7 +110,7 @@ def test_measurement_reader_agrees_with_parse_row(text):
     fast = _result_or_refusal(read_measurements, path)
     try:
         header, table = read_table(path)
-        missing = [c for c in ("model", "batch_size", "cluster", "ps", "sync", "throughput") if c not in header]
+        missing = [c for c in REQUIRED_COLUMNS if c not in DEFAULTED_COLUMNS and c not in header]
         slow = [parse_row(r, file=str(path), line=i) for i, r in table] if table and not missing else None
     except SpottrainError:
         slow = None

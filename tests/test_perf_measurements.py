@@ -52,9 +52,25 @@ def test_bad_rows_name_line_and_column(tmp_path, body, column):
 
 
 def test_missing_required_column(tmp_path):
-    p = _write(tmp_path, "m1,128,1xK80,1,100\n", header="model,batch_size,cluster,ps,throughput\n")
-    with pytest.raises(InputError, match="column sync"):
+    p = _write(tmp_path, "m1,128,1,async,100\n", header="model,batch_size,ps,sync,throughput\n")
+    with pytest.raises(InputError, match="column cluster"):
         read_measurements(p)
+
+
+def test_a_table_without_ps_and_sync_is_synchronous_all_reduce(tmp_path):
+    """A PyTorch DDP user's table needs no ps or sync column: they read as 0 and sync, as empty cells do."""
+    measured = read_measurements(_write(tmp_path, "resnet50,64,2xT4:4,1200\n", header="model,batch_size,cluster,throughput\n"))
+    queried = read_measurements(_write(tmp_path, "resnet50,64,4xT4:4\n", header="model,batch_size,cluster\n"), query=True)
+    for rows in (measured, queried):
+        assert (rows[0].ps, rows[0].sync) == (0, "sync")
+    # a parameter-server row still says so, and async without a server is refused as before
+    ps_only = _write(tmp_path, "m1,128,1xK80,1,100,1e9,1000\n",
+                     header="model,batch_size,cluster,ps,throughput,flops_per_sample,param_count\n")
+    assert (read_measurements(ps_only)[0].ps, read_measurements(ps_only)[0].sync) == (1, "sync")
+    bad = _write(tmp_path, "m1,128,1xK80,async,100,1e9,1000\n",
+                 header="model,batch_size,cluster,sync,throughput,flops_per_sample,param_count\n")
+    with pytest.raises(InputError, match="line 2, column ps"):
+        read_measurements(bad)
 
 
 def test_query_table_may_omit_throughput(tmp_path):

@@ -2,14 +2,16 @@
 
 CSV columns (header names exact, order free)::
 
-    model, batch_size, cluster, ps, sync, throughput            required
+    model, batch_size, cluster, throughput                      required
+    ps, sync                                                    0 and sync when absent
     network_gbps, flops_per_sample, param_count, precision,
     tensor_count, step_time_s, sync_time_s, input, cloud,
     activations_per_sample                                      optional
 
 * ``batch_size``: per GPU. ``cluster``: '+'-joined groups ``NxGPU`` or ``NxGPU:G`` (N nodes of
   that GPU type, G GPUs each, default 1), e.g. ``4xK80``, ``1xV100+1xP100+2xK80``, ``2xA100:8``.
-* ``ps``: number of parameter servers, 0 = ring all-reduce. ``sync``: ``sync`` or ``async``.
+* ``ps``: number of parameter servers, 0 = ring all-reduce. ``sync``: ``sync`` or ``async``. A table
+  without these columns (or with empty cells) is all-reduce, synchronous: ``ps`` 0, ``sync``.
 * ``throughput``: samples/s of the whole cluster (empty in a query table).
 * ``flops_per_sample``: forward + backward FLOPs of one sample; ``param_count``: parameters
   (gradient bytes = 4 x param_count). Both are derived from the model zoo when empty and
@@ -54,6 +56,9 @@ from spottrain.perf.workload import published_flops
 from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
+DEFAULTED_COLUMNS = ("ps", "sync")
+"""Of :data:`REQUIRED_COLUMNS` (the table's first columns when written), those a table read may
+leave out: ``ps`` 0 and ``sync`` (PyTorch DDP's all-reduce), as for an empty cell."""
 OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precision", "tensor_count", "step_time_s",
                     "sync_time_s", "input", "cloud", "activations_per_sample")
 MAX_GPUS_PER_NODE = 16
@@ -249,7 +254,7 @@ def read_measurements(path: str | Path, *, query: bool = False) -> list[Measurem
     """
     from spottrain.files import read_csv
 
-    required = [c for c in REQUIRED_COLUMNS if not (query and c == "throughput")]
+    required = [c for c in REQUIRED_COLUMNS if c not in DEFAULTED_COLUMNS and not (query and c == "throughput")]
     table = read_csv(path, required=required, what="measurement table")
     if not len(table):
         raise InputError("the table has no data rows", file=str(path))
