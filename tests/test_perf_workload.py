@@ -54,3 +54,51 @@ def test_measurement_rows_naming_a_zoo_model_use_its_count(tmp_path):
     zoo_row, own_row = read_measurements(str(src))
     assert _Query.of(zoo_row).n_tensors == 32
     assert _Query.of(own_row).n_tensors == pytest.approx(estimate_tensor_count(138357544))
+
+
+def test_published_torchvision_classifiers_are_read_without_flops(tmp_path):
+    """A torchvision classifier the zoo does not build reads from its name alone (case and separators
+    free): FLOPs = 6 x its published forward multiply-adds, its parameters, its tensor count."""
+    from spottrain.perf import read_measurements
+    from spottrain.perf.workload import input_pixels, published_architecture
+
+    arch = published_architecture("Inception-V3")
+    assert arch is not None and arch.name == "inception_v3" and arch.side == 299
+    assert published_architecture("resnet50") is None  # a zoo model keeps the zoo's figures
+    assert published_architecture("my-own-net") is None
+    p = tmp_path / "q.csv"
+    p.write_text("model,batch_size,cluster\nDenseNet121,32,1xV100\nresnet34,64,1xT4\n")
+    dense, r34 = read_measurements(p, query=True)
+    assert dense.flops_per_sample == pytest.approx(6 * 2.83e9) and dense.param_count == 7_978_856
+    assert r34.param_count == 21_797_672
+    w = Workload.from_zoo("resnext50_32x4d", 64)
+    assert (w.model, w.tensor_count, w.batch_size) == ("resnext50_32x4d", 161, 64)
+    assert known_tensor_count("densenet-121") == 364
+    assert input_pixels("inception_v3") == 3 * 299 * 299 and input_pixels("alexnet") == 3 * 224 * 224
+    with pytest.raises(Exception, match="flops_per_sample"):
+        p.write_text("model,batch_size,cluster\nmy-own-net,32,1xV100\n")
+        read_measurements(p, query=True)
+
+
+def test_published_counts_match_the_same_architectures_built_here(monkeypatch):
+    """ResNet-34, VGG-11 and VGG-13 built from the zoo's own layer classes have the parameters and
+    tensors of the published table; ResNeXt and Wide ResNet keep ResNet-50's / -101's tensor list."""
+    torch = pytest.importorskip("torch")
+    from spottrain.profiler import _zoo_models
+    from spottrain.profiler._zoo_models import VGG, BasicBlock, Bottleneck, ResNet
+    from spottrain.perf.workload import published_architecture
+
+    # Simonyan & Zisserman's configurations A and B (the zoo builds D and E: VGG-16, VGG-19)
+    monkeypatch.setitem(_zoo_models.VGG_CONFIGS, 11, [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"])
+    monkeypatch.setitem(_zoo_models.VGG_CONFIGS, 13, [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512,
+                                                     512, "M"])
+
+    with torch.device("meta"):
+        built = {"resnet34": ResNet(BasicBlock, [3, 4, 6, 3], 1000, cifar=False), "vgg11": VGG(11), "vgg13": VGG(13),
+                 "resnext50_32x4d": ResNet(Bottleneck, [3, 4, 6, 3], 1000, cifar=False),
+                 "resnext101_32x8d": ResNet(Bottleneck, [3, 4, 23, 3], 1000, cifar=False)}
+    for name, net in built.items():
+        arch = published_architecture(name)
+        assert arch.tensor_count == len(list(net.parameters())), name
+        if not name.startswith("resnext"):  # grouped convolutions have fewer parameters than plain ones
+            assert arch.param_count == sum(t.numel() for t in net.parameters()), name

@@ -52,7 +52,7 @@ import numpy as np
 
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.perf.hardware import device, instance_gpu_count
-from spottrain.perf.workload import published_flops
+from spottrain.perf.workload import published_architecture, published_flops
 from spottrain.types import ClusterSpec
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
@@ -134,7 +134,8 @@ def _zoo_figures(model: str) -> tuple[float | None, int | None]:
     try:
         info = zoo_info(model)
     except UnknownNameError:
-        return None, None
+        arch = published_architecture(model)  # a torchvision classifier the zoo does not build
+        return (arch.flops_per_sample, arch.param_count) if arch is not None else (None, None)
 
     flops = info.get("flops_per_sample") or published_flops(model)
     return flops, info.get("param_count")

@@ -20,6 +20,74 @@ _PUBLISHED_FLOPS = {
 }
 
 
+@dataclass(frozen=True)
+class PublishedArchitecture:
+    """An ImageNet classifier of torchvision that the zoo does not build: its published size."""
+
+    name: str
+    gmacs: float
+    """Forward multiply-adds per image (G), torchvision's "GFLOPS" column, at ``side`` x ``side``."""
+    param_count: int
+    tensor_count: int | None
+    """Parameter tensors, counted from the architecture (weights and biases of each layer, the two
+    affine tensors of each batch norm); ``None`` where not derived, estimated then."""
+    side: int = 224
+
+    @property
+    def flops_per_sample(self) -> float:
+        """Forward + backward FLOPs: 2 per multiply-add, backward twice the forward."""
+        return 6.0 * self.gmacs * 1e9
+
+
+# torchvision's model documentation (https://pytorch.org/vision/stable/models.html: each ImageNet-1K
+# weights entry's num_params and GFLOPS, the forward multiply-adds at the weights' input size), for
+# the architectures a user names most that the zoo does not build. Tensor counts from the
+# architectures: ResNet-34's 16 basic blocks of 2 convolutions and 2 batch norms (6 tensors), 3
+# down-sampling branches (3), stem (3) and classifier (2): 110; ResNeXt and Wide ResNet keep
+# ResNet-50's / -101's layer list (161 / 314); a DenseNet layer has 2 batch norms and 2 convolutions
+# (6), a transition 3, plus stem 3, last norm 2 and classifier 2; SqueezeNet 8 fire modules of 3
+# convolutions with biases, plus 2 convolutions.
+_TORCHVISION = (
+    PublishedArchitecture(name="alexnet", gmacs=0.71, param_count=61_100_840, tensor_count=16),
+    PublishedArchitecture(name="vgg11", gmacs=7.61, param_count=132_863_336, tensor_count=22),
+    PublishedArchitecture(name="vgg13", gmacs=11.31, param_count=133_047_848, tensor_count=26),
+    PublishedArchitecture(name="vgg11_bn", gmacs=7.61, param_count=132_868_840, tensor_count=38),
+    PublishedArchitecture(name="vgg13_bn", gmacs=11.31, param_count=133_053_736, tensor_count=46),
+    PublishedArchitecture(name="vgg16_bn", gmacs=15.47, param_count=138_365_992, tensor_count=58),
+    PublishedArchitecture(name="vgg19_bn", gmacs=19.63, param_count=143_678_248, tensor_count=70),
+    PublishedArchitecture(name="resnet34", gmacs=3.66, param_count=21_797_672, tensor_count=110),
+    PublishedArchitecture(name="resnext50_32x4d", gmacs=4.23, param_count=25_028_904, tensor_count=161),
+    PublishedArchitecture(name="resnext101_32x8d", gmacs=16.41, param_count=88_791_336, tensor_count=314),
+    PublishedArchitecture(name="wide_resnet50_2", gmacs=11.40, param_count=68_883_240, tensor_count=161),
+    PublishedArchitecture(name="wide_resnet101_2", gmacs=22.75, param_count=126_886_696, tensor_count=314),
+    PublishedArchitecture(name="densenet121", gmacs=2.83, param_count=7_978_856, tensor_count=364),
+    PublishedArchitecture(name="densenet161", gmacs=7.73, param_count=28_681_000, tensor_count=484),
+    PublishedArchitecture(name="densenet169", gmacs=3.36, param_count=14_149_480, tensor_count=508),
+    PublishedArchitecture(name="densenet201", gmacs=4.29, param_count=20_013_928, tensor_count=604),
+    PublishedArchitecture(name="inception_v3", gmacs=5.71, param_count=27_161_264, tensor_count=None, side=299),
+    PublishedArchitecture(name="googlenet", gmacs=1.50, param_count=6_624_904, tensor_count=None),
+    PublishedArchitecture(name="squeezenet1_0", gmacs=0.82, param_count=1_248_424, tensor_count=52),
+    PublishedArchitecture(name="squeezenet1_1", gmacs=0.35, param_count=1_235_496, tensor_count=52),
+    PublishedArchitecture(name="shufflenet_v2_x1_0", gmacs=0.14, param_count=2_278_604, tensor_count=None),
+    PublishedArchitecture(name="mobilenet_v3_large", gmacs=0.22, param_count=5_483_032, tensor_count=None),
+    PublishedArchitecture(name="mobilenet_v3_small", gmacs=0.06, param_count=2_542_856, tensor_count=None),
+    PublishedArchitecture(name="mnasnet1_0", gmacs=0.31, param_count=4_383_312, tensor_count=None),
+)
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+_BY_KEY = {_key(a.name): a for a in _TORCHVISION}
+
+
+def published_architecture(name: str) -> PublishedArchitecture | None:
+    """The published figures of a torchvision classifier the zoo does not build (``inception_v3``,
+    ``DenseNet-121``: case and separators do not matter); ``None`` for any other name."""
+    return _BY_KEY.get(_key(name))
+
+
 # Parameter tensors of the zoo's own constructions (``len(list(build_network(name).parameters()))``;
 # tests/test_perf_workload.py rebuilds every zoo network on the meta device and checks this table).
 # The estimate below is far off for models with few, large layers (VGG-16: 32, not ~245).
@@ -37,7 +105,8 @@ def known_tensor_count(name: str) -> int | None:
     try:
         return ZOO_TENSOR_COUNTS.get(canonical_model(name))
     except Exception:  # noqa: BLE001 - not a zoo model
-        return None
+        arch = published_architecture(name)
+        return arch.tensor_count if arch is not None else None
 
 
 def estimate_tensor_count(param_count: float) -> float:
@@ -67,8 +136,9 @@ def input_pixels(name: str) -> float:
     """
     try:
         info = zoo_info(canonical_model(name))
-    except Exception:  # noqa: BLE001 - not a zoo model: no known input pipeline
-        return 0.0
+    except Exception:  # noqa: BLE001 - not a zoo model: a published ImageNet classifier's images, else none known
+        arch = published_architecture(name)
+        return 3.0 * arch.side * arch.side if arch is not None else 0.0
     shape = tuple(info.get("input_shape") or ())
     if len(shape) == 3 and "float" in str(info.get("input_dtype", "float")) and min(shape[1:]) >= 64:
         return float(shape[0] * shape[1] * shape[2])
@@ -86,6 +156,14 @@ def known_intensity(name: str) -> float | None:
         return None
     flops, acts = entry.get("flops_per_sample"), entry.get("activations_per_sample")
     return flops / acts if flops and acts else None
+
+
+def _in_zoo(name: str) -> bool:
+    try:
+        canonical_model(name)
+    except Exception:  # noqa: BLE001 - not a zoo name
+        return False
+    return True
 
 
 def published_flops(name: str) -> float | None:
@@ -122,7 +200,13 @@ class Workload:
 
     @classmethod
     def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
-        """A zoo model (``resnet50``) with FLOPs and parameters from the zoo table."""
+        """A zoo model (``resnet50``) with FLOPs and parameters from the zoo table, or a published
+        torchvision classifier (:func:`published_architecture`) with its published figures."""
+        arch = published_architecture(name)
+        if arch is not None and not _in_zoo(name):
+            return cls(model=arch.name, batch_size=int(batch_size or 32), flops_per_sample=arch.flops_per_sample,
+                       param_count=arch.param_count, gradient_bytes=4.0 * arch.param_count, precision=precision,
+                       tensor_count=arch.tensor_count)
         info = zoo_info(name)
         flops = info.get("flops_per_sample") or published_flops(name)
         if not flops:
