@@ -102,3 +102,10 @@ def test_published_counts_match_the_same_architectures_built_here(monkeypatch):
         assert arch.tensor_count == len(list(net.parameters())), name
         if not name.startswith("resnext"):  # grouped convolutions have fewer parameters than plain ones
             assert arch.param_count == sum(t.numel() for t in net.parameters()), name
+
+
+def test_a_misspelt_published_classifier_is_suggested():
+    from spottrain.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="did you mean densenet121"):
+        Workload.from_zoo("densnet121")

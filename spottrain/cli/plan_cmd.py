@@ -190,6 +190,7 @@ def _workload(profile, model, batch_size, from_store):
     (or by default when there are some); returns it and the loaded profile (None with --model)."""
     from spottrain.perf import Workload, default_model
     from spottrain.perf.own_runs import calibrated_workload, cli_own_runs
+    from spottrain.perf.workload import published_architecture, published_names
     from spottrain.profiler.schema import load_profile
     from spottrain.profiler.zoo_info import canonical_model, zoo_names
 
@@ -199,11 +200,11 @@ def _workload(profile, model, batch_size, from_store):
         workload = Workload.from_profile(prof) if batch_size is None else Workload.from_profile(prof, batch_size)
     else:
         names = zoo_names()
-        if names and model.lower() not in {n.lower() for n in names}:
+        if names and model.lower() not in {n.lower() for n in names} and published_architecture(model) is None:
             try:
                 canonical_model(model)
             except Exception:
-                raise UnknownNameError("model", model, names) from None
+                raise UnknownNameError("model", model, [*names, *published_names()]) from None
         workload = Workload.from_zoo(model, batch_size)
     own = cli_own_runs(from_store, workload.model, echo=_echo, batch_size=workload.batch_size,
                        precision=workload.precision, how="; they calibrate the model's speed, as a profile does")

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from spottrain.errors import InputError
+from spottrain.errors import InputError, UnknownNameError
 from spottrain.profiler.zoo_info import canonical_model, zoo_info
 
 # Forward + backward FLOPs per sample (2 FLOPs per multiply-add, backward = 2 x forward) for zoo
@@ -80,6 +80,11 @@ def _key(name: str) -> str:
 
 
 _BY_KEY = {_key(a.name): a for a in _TORCHVISION}
+
+
+def published_names() -> list[str]:
+    """The names of :func:`published_architecture`'s classifiers."""
+    return [a.name for a in _TORCHVISION]
 
 
 def published_architecture(name: str) -> PublishedArchitecture | None:
@@ -207,7 +212,12 @@ class Workload:
             return cls(model=arch.name, batch_size=int(batch_size or 32), flops_per_sample=arch.flops_per_sample,
                        param_count=arch.param_count, gradient_bytes=4.0 * arch.param_count, precision=precision,
                        tensor_count=arch.tensor_count)
-        info = zoo_info(name)
+        try:
+            info = zoo_info(name)
+        except UnknownNameError:
+            from spottrain.profiler.zoo_info import zoo_names
+
+            raise UnknownNameError("model", name, [*zoo_names(), *published_names()]) from None
         flops = info.get("flops_per_sample") or published_flops(name)
         if not flops:
             raise InputError(f"zoo model {name!r} has no FLOPs figure; profile it (spottrain profile) instead", column="model")
