@@ -70,9 +70,13 @@ def baseline(baseline_run: Path) -> dict[str, torch.Tensor]:
 
 
 def test_kill9_worker_and_then_the_chief(tmp_path: Path, baseline: dict[str, torch.Tensor]) -> None:
-    # Slower steps (a sleep per forward pass; same numerics) give the replacements time to join;
-    # full speed once one has joined after both kills (the world is back to 3).
-    pace = Pace(tmp_path, sleep_s=0.2)
+    # Slower steps (a sleep per forward pass; same numerics) until a replacement has joined after
+    # both kills (the world is back to 3), then full speed. The slow steps alone left a replacement
+    # ~9 s to start and join before the job's last step; on a loaded machine its start-up (Python
+    # and torch imports) took longer, the job ended in a world of 2 and no replacement ever joined.
+    # So after step 20 (both kills, at steps 4 and 8, and their recoveries are behind) the workers
+    # wait for that join instead of racing it.
+    pace = Pace(tmp_path, sleep_s=0.2, hold_at_step=20)
     worlds_seen: list[int] = []
     s = run_local(_job(tmp_path, "kill", inject="kill:1@step4,kill:chief@step8", extra_env=pace.env),
                   on_event=pace.fast_after("membership", lambda e: worlds_seen.append(e["world"]) or

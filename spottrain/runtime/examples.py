@@ -122,6 +122,11 @@ def build_trainer(name: str, config: TrainConfig | None = None) -> Trainer:
     ``SPOTTRAIN_EXAMPLE_SLEEP_FILE`` names a file holding that sleep instead, read again at
     every forward pass: a test slows the job down until the event it checks has happened
     (a replacement joined), then writes ``0`` and the remaining steps run at full speed.
+    The file may also say ``<sleep> hold <step>``: once ``<step>`` steps are complete, every
+    forward pass waits until the file no longer holds (at most :data:`HOLD_MAX_S`), so the job
+    cannot end before the event however long it takes (a replacement's start-up on a loaded
+    machine). All members of a group are at the same step, so they all wait in the same
+    forward pass, before its all-reduce: no collective waits on a held peer.
     """
     ex = get_example(name)
     cfg = config or TrainConfig.from_env(steps=ex.steps, global_batch_size=ex.global_batch_size)
@@ -131,24 +136,48 @@ def build_trainer(name: str, config: TrainConfig | None = None) -> Trainer:
     loss_fn = classification_loss
     sleep_s = float(os.environ.get("SPOTTRAIN_EXAMPLE_SLEEP_S", "0") or 0)
     sleep_file = os.environ.get("SPOTTRAIN_EXAMPLE_SLEEP_FILE")
+    trainer: Trainer | None = None
     if sleep_file:
         def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
-            time.sleep(_read_sleep(sleep_file, sleep_s))
+            _pace(sleep_file, sleep_s, trainer.step if trainer is not None else 0)
             return classification_loss(model, batch)
     elif sleep_s > 0:
         def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
             time.sleep(sleep_s)
             return classification_loss(model, batch)
-    return Trainer(model=model, optimizer=opt, dataset=ex.dataset(), loss_fn=loss_fn, config=cfg)
+    trainer = Trainer(model=model, optimizer=opt, dataset=ex.dataset(), loss_fn=loss_fn, config=cfg)
+    return trainer
 
 
-def _read_sleep(path: str, default: float) -> float:
-    """The sleep in ``path`` (seconds); ``default`` while the file is missing or being written."""
+HOLD_MAX_S = 90.0
+"""The longest a forward pass waits on a hold in the sleep file (then the job goes on: a test
+waiting for an event that never comes fails on its assertions, not on its timeout)."""
+
+
+def _read_sleep(path: str, default: float) -> tuple[float, int | None]:
+    """The sleep in ``path`` (seconds) and the step it holds from (None: no hold); ``default``
+    and no hold while the file is missing or being written."""
     try:
         with open(path) as fh:
-            return max(float(fh.read().strip()), 0.0)
+            words = fh.read().split()
+        if len(words) == 3 and words[1] == "hold":
+            return max(float(words[0]), 0.0), int(words[2])
+        if len(words) == 1:
+            return max(float(words[0]), 0.0), None
     except (OSError, ValueError):
-        return default
+        pass
+    return default, None
+
+
+def _pace(path: str, default: float, step: int) -> None:
+    """One forward pass's wait: while the file holds from a step at or before ``step`` (the
+    steps complete), until it no longer does; then the sleep it names."""
+    sleep_s, hold = _read_sleep(path, default)
+    end = time.monotonic() + HOLD_MAX_S
+    while hold is not None and step >= hold and time.monotonic() < end:
+        time.sleep(0.02)
+        sleep_s, hold = _read_sleep(path, default)
+    time.sleep(sleep_s)
 
 
 def main(argv: list[str] | None = None) -> None:
