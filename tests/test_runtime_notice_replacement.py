@@ -21,7 +21,12 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_a_worker_that_left_after_a_notice_is_replaced(tmp_path: Path) -> None:
-    pace = Pace(tmp_path / "pace", 0.05)
+    # Slow steps until the replacement has joined, then full speed. The slow steps alone (180 left
+    # after the notice, ~9 s) are a bet that its start-up (Python and torch imports, several times
+    # longer on a loaded machine) ends first; if not, the job finishes one node short. So after
+    # step 100 (the notice at step 20, its 2 s wait for a decision and the leave at a step boundary
+    # are behind) the workers wait for that join instead of racing it.
+    pace = Pace(tmp_path / "pace", 0.05, hold_at_step=100)
     job = LocalJob(command=[sys.executable, "-m", "spottrain.runtime.examples", "mlp"], workers=3,
                    run_dir=tmp_path / "run", job_id="notice-replace",
                    env={"SPOTTRAIN_STEPS": "200", **pace.env}, steps=200, checkpoint_dir=tmp_path / "ck",
