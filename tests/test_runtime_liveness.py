@@ -222,7 +222,13 @@ def test_error_in_training_code_fails_the_job_whatever_its_message(tmp_path: Pat
 def test_policy_sees_the_simulator_state_and_its_decisions_are_carried_out(tmp_path: Path) -> None:
     seen: list[JobState] = []
     switched: list[float] = []
-    pace = Pace(tmp_path / "policy", sleep_s=0.1)
+    # Slow steps until the policy sees the on-demand nodes only, then full speed. The slow steps
+    # alone are a bet that three on-demand workers start (Python and torch imports, several times
+    # longer on a loaded machine) and join before the last step. So after step 30 (the switch is
+    # at the first tick, 1 s into training) the workers wait for the last of them to join (the
+    # deferred release is sent then); then slow steps again, not a hold: the spot workers leave
+    # at a step boundary.
+    pace = Pace(tmp_path / "policy", sleep_s=0.1, hold_at_step=30)
     od = NodeOption(instance_type="local-od", gpu="cpu", spot=False, zone=None, price_usd_per_hour=3.0,
                     throughput=1.0, delay_s=0.2)
 
@@ -244,7 +250,14 @@ def test_policy_sees_the_simulator_state_and_its_decisions_are_carried_out(tmp_p
                options=(spot, od), on_demand_fallback=(od,) * WORKERS, samples_per_step=64, deadline_s=3600.0,
                tick_s=1.0)
     events: list[dict] = []
-    s = run_local(job, on_event=lambda kind, data: events.append(data) if kind != "progress" else None)
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind == "release" and not any(e["kind"] == "release" for e in events):
+            pace.set(0.1)
+        if kind != "progress":
+            events.append(data)
+
+    s = run_local(job, on_event=on_event)
     assert s.ok, s.failure
     assert s.completed_steps == 200
     ticks = [x for x in seen if x.event == "tick"]
