@@ -208,6 +208,13 @@ def _env(tmp: Path, steps: int, pace: Pace | None = None) -> dict[str, str]:
     return {**env, **pace.env} if pace is not None else env
 
 
+HOLD_AT_STEP = 30
+"""The step after which a test's workers wait (:class:`Pace`'s ``hold_at_step``) for the event it
+checks: a node joining, after the fault injected at step 10 and the survivors' recovery. Slow
+steps alone (0.1 s each, ~19 s after the fault) were a bet that a new node starts (Python and
+torch imports, several times longer on a loaded machine) and joins before the job's last step."""
+
+
 def _when_step(ctl: FleetController, step: int, action: Any) -> threading.Thread:
     def go() -> None:
         while True:
@@ -226,7 +233,7 @@ def _when_step(ctl: FleetController, step: int, action: Any) -> threading.Thread
 
 def test_a_revoked_spot_node_is_replaced_on_its_own_market_and_the_job_completes(tmp_path: Path) -> None:
     provider = LocalProvider(command=MLP, run_dir=tmp_path)
-    pace = Pace(tmp_path)
+    pace = Pace(tmp_path, hold_at_step=HOLD_AT_STEP)
     job = FleetJob(groups=_groups(), job_id="j1", steps=200, env=_env(tmp_path, 200, pace), policy="replace-same",
                    replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
     ctl = FleetController(job, provider, on_event=pace.fast_after("joined"))
@@ -274,12 +281,24 @@ def test_deadline_policy_switches_to_on_demand_without_losing_the_state(tmp_path
     is measured) it asks for the on-demand fallback and releases the spot nodes; the release
     waits until an on-demand node has joined, so the state passes from memory to memory."""
     provider = LocalProvider(command=MLP, run_dir=tmp_path)
-    pace = Pace(tmp_path)
+    # Slow steps until the spot nodes have left (the switch and the hand-over are done), then full
+    # speed. The slow steps alone are a bet that an on-demand node starts (Python and torch
+    # imports, several times longer on a loaded machine) and joins before the last step; if not,
+    # nothing is handed over. So after step HOLD_AT_STEP the workers wait for the first on-demand
+    # node to join; then slow steps again, not a hold: the release comes two steps after the join
+    # and the spot nodes leave at a step boundary.
+    pace = Pace(tmp_path, hold_at_step=HOLD_AT_STEP)
     job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j2", steps=200, env=_env(tmp_path, 200, pace),
                    policy="deadline-margin", deadline_s=6.0, replacement_delay_s=0.5, restart_overhead_s=0.5,
                    tick_s=1.0, timeout_s=240)
-    # full speed once the spot nodes have left (the switch and the hand-over are done)
-    result = FleetController(job, provider, on_event=pace.fast_after("release")).run()
+    joined: list[str] = []
+
+    def unhold(kind: str, data: dict[str, Any]) -> None:
+        if kind == "joined" and not joined:
+            joined.append(data["node"])
+            pace.set(0.1)
+
+    result = FleetController(job, provider, on_event=pace.fast_after("release", then=unhold)).run()
     assert result.ok and result.steps_done == 200, (result.failure, result.events[-5:])
     switch = [d for d in result.decisions if d["switch_to_on_demand"]]
     assert len(switch) == 1 and sorted(switch[0]["release"]) == ["g0-n0", "g0-n1"]
@@ -381,7 +400,7 @@ def test_skypilot_provider_runs_the_generated_tasks_and_replaces_a_preempted_clu
     api = FakeSky(tmp_path)
     wheel = tmp_path / "spottrain-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"PK")
-    pace = Pace(tmp_path)
+    pace = Pace(tmp_path, hold_at_step=HOLD_AT_STEP)
     sky_job = SkyJob(plan=plan, job_id="job9", command=["python", "-m", "spottrain.runtime.examples", "mlp"],
                      env=_env(tmp_path, 200, pace), policy="replace-same", steps=200, install=SpottrainInstall(wheel=str(wheel)))
     groups = sky_job.groups()
@@ -415,7 +434,7 @@ def test_nodes_on_namespace_hosts_a_silent_node_is_declared_lost_and_replaced(tm
         pytest.skip(why)
     with netns.Network() as net:
         provider = LocalProvider(command=MLP, run_dir=tmp_path, host_for=lambda node_id: net.add_host())
-        pace = Pace(tmp_path)
+        pace = Pace(tmp_path, hold_at_step=HOLD_AT_STEP)
         job = FleetJob(groups=_groups(spot=2, on_demand=1), job_id="j3", steps=200, env=_env(tmp_path, 200, pace),
                        policy="replace-same", store_bind="0.0.0.0:0", advertise=f"{net.address}:0",
                        replacement_delay_s=0.5, tick_s=3600, timeout_s=240)
