@@ -80,16 +80,23 @@ def _margin_s(deadline_s: float) -> float:
     return min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * deadline_s)
 
 
+def _beyond(items, nodes) -> list:
+    """``items`` (nodes or options) less one of each instance type per node of ``nodes``, type for
+    type: what is not already made up by them."""
+    left = Counter(n.instance_type for n in nodes)
+    out = []
+    for item in items:
+        if left[item.instance_type] > 0:
+            left[item.instance_type] -= 1
+        else:
+            out.append(item)
+    return out
+
+
 def _to_on_demand(state: JobState, reason: str) -> Decision:
     """Release the spot nodes, checkpoint, and request the on-demand fallback: the part of it that
     the live on-demand nodes (the plan's own) do not already make up, type for type."""
-    have = Counter(n.instance_type for n in state.nodes if not n.spot)
-    request = []
-    for o in state.on_demand_fallback:
-        if have[o.instance_type] > 0:
-            have[o.instance_type] -= 1
-        else:
-            request.append(o)
+    request = _beyond(state.on_demand_fallback, [n for n in state.nodes if not n.spot])
     return Decision(switch_to_on_demand=True, request=tuple(request),
                     release=tuple(n.node_id for n in state.nodes if n.spot), checkpoint_now=True, reason=reason)
 
@@ -134,14 +141,7 @@ def deadline_return(state: JobState) -> Decision:
     buffer_s = RETURN_BUFFER_SWITCHES * switch_s
     spot_live = [n for n in state.nodes if n.spot]
     # the fallback's nodes: every on-demand node beyond the plan's own, type for type
-    own = Counter(n.instance_type for n in state.planned if not n.spot)
-    od_live = []
-    for n in state.nodes:
-        if not n.spot:
-            if own[n.instance_type] > 0:
-                own[n.instance_type] -= 1
-            else:
-                od_live.append(n)
+    od_live = _beyond([n for n in state.nodes if not n.spot], [n for n in state.planned if not n.spot])
     if od_live:
         # on the fallback: back to spot once the plan's spot nodes have joined
         if len(spot_live) >= len(planned_spot):
