@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spottrain.errors import InputError, UnknownNameError
-from spottrain.profiler.zoo_info import canonical_model, zoo_info
+from spottrain.profiler.zoo_info import canonical_model, is_zoo_model, zoo_info, zoo_names
 
 # Forward + backward FLOPs per sample (2 FLOPs per multiply-add, backward = 2 x forward) for zoo
 # models, used only while the zoo's generated FLOPs table has no entry.
@@ -163,14 +163,6 @@ def known_intensity(name: str) -> float | None:
     return flops / acts if flops and acts else None
 
 
-def _in_zoo(name: str) -> bool:
-    try:
-        canonical_model(name)
-    except Exception:  # noqa: BLE001 - not a zoo name
-        return False
-    return True
-
-
 def published_flops(name: str) -> float | None:
     """Published fwd+bwd FLOPs per sample of a zoo model, if we have a figure."""
     try:
@@ -208,15 +200,13 @@ class Workload:
         """A zoo model (``resnet50``) with FLOPs and parameters from the zoo table, or a published
         torchvision classifier (:func:`published_architecture`) with its published figures."""
         arch = published_architecture(name)
-        if arch is not None and not _in_zoo(name):
+        if arch is not None and not is_zoo_model(name):
             return cls(model=arch.name, batch_size=int(batch_size or 32), flops_per_sample=arch.flops_per_sample,
                        param_count=arch.param_count, gradient_bytes=4.0 * arch.param_count, precision=precision,
                        tensor_count=arch.tensor_count)
         try:
             info = zoo_info(name)
         except UnknownNameError:
-            from spottrain.profiler.zoo_info import zoo_names
-
             raise UnknownNameError("model", name, [*zoo_names(), *published_names()]) from None
         flops = info.get("flops_per_sample") or published_flops(name)
         if not flops:
