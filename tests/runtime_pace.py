@@ -27,6 +27,7 @@ class Pace:
     def __init__(self, directory: Path, sleep_s: float = 0.1, *, hold_at_step: int | None = None) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "pace"
+        self.sleep_s = sleep_s
         self.set(sleep_s, hold_at_step=hold_at_step)
 
     @property
@@ -39,6 +40,13 @@ class Pace:
         part = self.path.with_suffix(".part")
         part.write_text(str(sleep_s) if hold_at_step is None else f"{sleep_s} hold {hold_at_step}")
         os.replace(part, self.path)  # a reader sees the old value or the new, never an empty file
+        self.held = hold_at_step is not None
+
+    def unhold(self) -> None:
+        """Drop a hold still in force, back to the slow steps it was set with; nothing once the
+        hold is gone (a later call does not undo :meth:`fast`)."""
+        if self.held:
+            self.set(self.sleep_s)
 
     def fast(self) -> None:
         """Full speed, and no hold."""

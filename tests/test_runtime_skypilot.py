@@ -291,12 +291,10 @@ def test_deadline_policy_switches_to_on_demand_without_losing_the_state(tmp_path
     job = FleetJob(groups=_groups(spot=2, on_demand=0), job_id="j2", steps=200, env=_env(tmp_path, 200, pace),
                    policy="deadline-margin", deadline_s=6.0, replacement_delay_s=0.5, restart_overhead_s=0.5,
                    tick_s=1.0, timeout_s=240)
-    joined: list[str] = []
 
     def unhold(kind: str, data: dict[str, Any]) -> None:
-        if kind == "joined" and not joined:
-            joined.append(data["node"])
-            pace.set(0.1)
+        if kind == "joined":
+            pace.unhold()
 
     result = FleetController(job, provider, on_event=pace.fast_after("release", then=unhold)).run()
     assert result.ok and result.steps_done == 200, (result.failure, result.events[-5:])
