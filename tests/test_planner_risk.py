@@ -89,3 +89,40 @@ def test_a_deadline_is_missed_on_the_slow_side_of_the_interval():
     sigma = np.log(2.0) / risk.Z90
     assert risk.sigma_from_interval(thr, np.array([50.0]), np.array([200.0]))[0] == pytest.approx(sigma)
     assert risk.sigma_from_interval(thr, np.array([50.0]), np.array([120.0]))[0] == pytest.approx(sigma)
+
+
+def _slot_revocations(law, delay_s, horizon_s, runs, rng):
+    """Monte Carlo: revocations of one node slot within ``horizon_s`` (a fresh node at 0, each
+    revoked node replaced by a fresh one after ``delay_s``)."""
+    counts = np.zeros(runs)
+    t = law.sample(runs, rng)
+    alive = t <= horizon_s
+    while alive.any():
+        counts += alive
+        t = np.where(alive, t + delay_s + law.sample(runs, rng), t)
+        alive &= t <= horizon_s
+    return counts.mean()
+
+
+def test_revocations_over_a_run_follow_the_fitted_law_not_its_mean():
+    """A law that loses young nodes first (Weibull shape 0.5) revokes a short run several times as
+    often as its mean lifetime says, and a long one at the rate of a life plus a replacement delay;
+    the planner's rate matches a simulation of the slot at both ends."""
+    from spottrain.transience import ExponentialLifetime, WeibullLifetime
+
+    rng = np.random.default_rng(3)
+    law = WeibullLifetime().fit(rng.weibull(0.5, 4000) * 6 * 3600.0)
+    rev = risk.revocation_of(law, restart_mean_s=600.0, restart_sd_s=0.0, source="test")
+    for horizon in (1200.0, 4 * 3600.0, 3 * 86400.0):
+        simulated = _slot_revocations(law, 600.0, horizon, 20000, rng)
+        assert float(rev.rate_over(horizon)) * horizon == pytest.approx(simulated, rel=0.05)
+    short = float(rev.rate_over(1200.0)) / rev.rate_per_s
+    assert short > 3.0  # what 1 / mean lifetime underestimated
+    # The floor for runs of at least h bounds the rate of every longer run (the planner's pruning bound).
+    runs = np.geomspace(risk.LAUNCH_S, 30 * 86400.0, 400)
+    floor = rev.rate_floor(runs)
+    assert all(floor[i] <= rev.rate_over(runs[i:]).min() + 1e-15 for i in range(len(runs)))
+    # A memoryless law without delay: the rate is 1 / mean whatever the run.
+    exp = ExponentialLifetime().fit(np.full(100, 7200.0))
+    flat = risk.revocation_of(exp, restart_mean_s=0.0, restart_sd_s=0.0, source="test")
+    assert flat.rate_over(np.array([600.0, 7200.0, 86400.0])) == pytest.approx(np.full(3, 1 / 7200.0), rel=0.01)

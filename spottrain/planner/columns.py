@@ -187,7 +187,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     kind_m = np.zeros(len(keys), dtype=int)
     if len(cands):
         np.maximum.at(kind_m, kind_of, limits)
-    thr, lo, hi, bott, rate, smean, ssd, kn, work, work_sd = [], [], [], [], [], [], [], [], [], []
+    thr, lo, hi, bott, revs, smean, ssd, kn, work, work_sd = [], [], [], [], [], [], [], [], [], []
     for (cloud, gpu, g, net, spot), k in keys.items():
         m = int(kind_m[k])
         if m < 1:
@@ -203,18 +203,29 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         work_sd.append(job.work_log_sd(n, n * g))
         if spot:
             rev = risk.revocation(cloud, gpu)
-            rate.append(n * rev.rate_per_s)
+            revs.append(rev)
             smean.append(REGROUP_S + rev.restart_mean_s / n)
             ssd.append(rev.restart_sd_s / n)
         else:
-            rate.append(np.zeros(m))
+            revs.append(None)
             smean.append(np.full(m, REGROUP_S))
             ssd.append(np.zeros(m))
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
     offset = np.concatenate([[0], np.cumsum(np.maximum(kind_m, 0))])
-    thr_k, rate_k = cat(thr), cat(rate)
-    a = risk.assess(cat(work), thr_k, cat(lo), cat(hi), rate_k, cat(smean), cat(ssd), job.checkpoint_s,
-                    deadline_s=job.deadline_s, confidence=job.confidence, work_log_sd=cat(work_sd))
+    thr_k, n_k = cat(thr), cat(kn)
+    seg = np.cumsum([0] + [len(x) for x in kn])
+
+    def rate_at(horizon: np.ndarray) -> np.ndarray:
+        """Revocations per second of every column for runs of ``horizon`` seconds."""
+        out = np.zeros(len(horizon))
+        for rev, a, b in zip(revs, seg[:-1], seg[1:]):
+            if rev is not None:
+                out[a:b] = n_k[a:b] * rev.rate_over(horizon[a:b])
+        return out
+
+    a, rate_k = risk.assess_settled(rate_at, cat(work), thr_k, cat(lo), cat(hi), cat(smean), cat(ssd),
+                                    job.checkpoint_s, deadline_s=job.deadline_s, confidence=job.confidence,
+                                    work_log_sd=cat(work_sd))
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
     g = cat(pos).astype(int)

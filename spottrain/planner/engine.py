@@ -76,13 +76,18 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     thr, lo, hi, bott = throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps,
                                        clouds=tuple(cands[i].cloud for i, _n in picks))
     total = sum(n for _, n in picks)
-    spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
-    rate, smean, sd = cluster_revocations([(n * rev.rate_per_s, rev) for n, rev in spot], total)
     nodes = sum(n for _, n in picks)
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
-    a = risk.assess(job.work(nodes, gpus), np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
-                    np.array([smean]), np.array([sd]), job.checkpoint_s, deadline_s=job.deadline_s,
-                    confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
+    spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
+    work = job.work(nodes, gpus)
+
+    def assess_at(run):
+        rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in spot], total)
+        return risk.assess(work, np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
+                           np.array([smean]), np.array([sd]), job.checkpoint_s, deadline_s=job.deadline_s,
+                           confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
+
+    a = risk.settle(assess_at, work, np.array([thr]))
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
@@ -271,14 +276,14 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     def group_cap(members: list[int], m: int) -> np.ndarray:
         """A bound on the effective throughput of any synchronous mix of N = 1..m nodes of the group:
         N nodes of its fastest kind (the mix waits for its slowest GPU) revoked at the least rate of
-        its members (none when one is on demand), under the exact risk model."""
+        its members over runs at least as long as that kind's failure-free run (none when one is on
+        demand), under the exact risk model."""
         n = np.arange(1, m + 1)
         revs = [risk.revocation(ctx.cands[i].cloud, ctx.cands[i].gpu) for i in members if ctx.cands[i].spot]
-        if len(revs) < len(members):
-            rate, sm, sd = np.zeros(m), np.full(m, REGROUP_S), np.zeros(m)
+        on_demand = len(revs) < len(members)
+        if on_demand:
+            sm, sd = np.full(m, REGROUP_S), np.zeros(m)
         else:
-            r_min = min(r.rate_per_s for r in revs)
-            rate = n * r_min
             sm = REGROUP_S + min(r.restart_mean_s for r in revs) / n
             sd = min(r.restart_sd_s for r in revs) / n
         out = []
@@ -287,6 +292,9 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             # The cloud is left unsaid: its interval is then no wider than any member's cloud's, and
             # a narrower interval only raises the bound (a shorter expected time).
             thr, lo, hi, _ = throughput_curve(job.workload, gpu, g, net, m, sync=job.sync, ps=job.ps)
+            # A mix runs no faster than N nodes of its fastest kind, so no shorter than their failure-free run.
+            shortest = risk.horizon_s(job.work(n, n * g), thr)
+            rate = np.zeros(m) if on_demand else n * np.min([r.rate_floor(shortest) for r in revs], axis=0)
             a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
                             work_log_sd=job.work_log_sd(n, n * g))
             e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))

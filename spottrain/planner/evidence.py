@@ -45,6 +45,8 @@ class Law:
     label: str
     """``'aws/T4 (230 nodes, 210 revocations)'``."""
     mean_lifetime_s: float
+    key: tuple[str, str]
+    """(cloud, GPU) whose fitted law this is (:func:`spottrain.transience.lifetime_model`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +125,7 @@ def _traced_laws() -> dict[tuple[str, str], tuple[Law, tuple[str, ...]]]:
         if m.pooled_from is None:
             out[(cloud, gpu)] = (Law(label=f"{cloud}/{gpu} ({plural(m.n_nodes, 'node')}, "
                                            f"{plural(m.n_revocations, 'revocation')})",
-                                     mean_lifetime_s=float(m.mean_lifetime_s())), tuple(m.sources))
+                                     mean_lifetime_s=float(m.mean_lifetime_s()), key=(cloud, gpu)), tuple(m.sources))
     return out
 
 
@@ -139,7 +141,8 @@ def group_evidence(cloud: str, gpu: str, instance_type: str, spot: bool) -> Grou
         return GroupEvidence(instance_type=instance_type, cloud=cloud, gpu=gpu, kind="on-demand",
                              detail="no revocations", law=None)
     m = lifetime_model(cloud, gpu)
-    used = Law(label=f"{m.name} fit on {plural(m.n_nodes, 'node')}", mean_lifetime_s=float(m.mean_lifetime_s()))
+    used = Law(label=f"{m.name} fit on {plural(m.n_nodes, 'node')}", mean_lifetime_s=float(m.mean_lifetime_s()),
+               key=(cloud, gpu))
     if m.pooled_from is None:
         detail = (f"{m.name} law fitted on {plural(m.n_nodes, 'node')} and {plural(m.n_revocations, 'revocation')} "
                   f"of {cloud}/{m.gpu}")
@@ -161,22 +164,37 @@ def group_evidence(cloud: str, gpu: str, instance_type: str, spot: bool) -> Grou
 # --------------------------------------------------------------------------- a plan
 
 
-def _p_deadline(plan: Any, lifetimes: list[float | None], *, job: Any = None) -> float | None:
-    """P(deadline) of ``plan`` by the risk model with each group's mean lifetime given (None: on demand)."""
+@functools.cache
+def _revocation_under(law_key: tuple[str, str], cloud: str, gpu: str) -> risk.Revocation:
+    """A ``cloud``/``gpu`` node's revocations with the lifetime law of ``law_key`` (its own
+    replacement delay)."""
+    own = risk.revocation(cloud, gpu)
+    if law_key == (cloud, gpu):
+        return own
+    return risk.revocation_of(lifetime_model(*law_key), restart_mean_s=own.restart_mean_s,
+                              restart_sd_s=own.restart_sd_s, source=own.source)
+
+
+def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float | None:
+    """P(deadline) of ``plan`` by the risk model with each group's lifetime law given (None: on demand)."""
     if plan.deadline_s is None:
         return None
     total = sum(g.count for g in plan.groups)
-    parts = [(g.count / max(life, 1.0), risk.revocation(g.cloud, g.gpu))
-             for g, life in zip(plan.groups, lifetimes) if life is not None]
-    rate, smean, sd = cluster_revocations(parts, total)
     p = plan.prediction
+    revs = [(g.count, _revocation_under(law.key, g.cloud, g.gpu)) for g, law in zip(plan.groups, laws)
+            if law is not None]
     gpus = sum(g.count * g.gpus_per_node for g in plan.groups)
     work_sd = float(job.work_log_sd(total, gpus)[0]) if job is not None else 0.0
     ckpt = float(job.checkpoint_s) if job is not None else risk.checkpoint_cost_s(plan.workload.gradient_bytes)
-    a = risk.assess(plan.workload.samples_total, np.array([p.throughput_samples_per_s]),
-                    np.array([p.throughput_low]), np.array([p.throughput_high]), np.array([rate]),
-                    np.array([smean]), np.array([sd]), ckpt, deadline_s=plan.deadline_s,
-                    confidence=plan.confidence, work_log_sd=work_sd)
+    work = plan.workload.samples_total
+
+    def assess_at(run):
+        rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in revs], total)
+        return risk.assess(work, np.array([p.throughput_samples_per_s]), np.array([p.throughput_low]),
+                           np.array([p.throughput_high]), np.array([rate]), np.array([smean]), np.array([sd]), ckpt,
+                           deadline_s=plan.deadline_s, confidence=plan.confidence, work_log_sd=work_sd)
+
+    a = risk.settle(assess_at, work, np.array([p.throughput_samples_per_s]))
     return float(a.p_deadline[0])
 
 
@@ -189,16 +207,16 @@ def plan_evidence(plan: Any, *, job: Any = None) -> PlanEvidence:
     """
     groups = tuple(group_evidence(g.cloud, g.gpu, g.instance_type, g.spot) for g in plan.groups)
     kind = max((g.kind for g in groups), key=ORDER.index) if groups else "on-demand"
-    base = [None if ge.law is None else ge.law.mean_lifetime_s for ge in groups]
+    base = [ge.law for ge in groups]
     p_model = _p_deadline(plan, base, job=job)
     lo = hi = worst = None
     if p_model is not None and any(ge.plausible for ge in groups):
         values = []
         for k, ge in enumerate(groups):
             for law in ge.plausible:
-                lifes = list(base)
-                lifes[k] = law.mean_lifetime_s
-                values.append((_p_deadline(plan, lifes, job=job), law.label))
+                laws = list(base)
+                laws[k] = law
+                values.append((_p_deadline(plan, laws, job=job), law.label))
         values.append((p_model, "the pooled law"))
         lo_v = min(values, key=lambda v: v[0])
         lo, worst = lo_v

@@ -207,9 +207,11 @@ class LifetimeRun(RunRevocations):
 def run_horizon_s(plan, params: Any = None) -> float:
     """Simulated time after which a run of ``plan`` gives up: ``params.horizon_s`` (a
     :class:`~spottrain.sim.setup.SimParams`) when set, else 5x the plan's predicted duration and at
-    least 2 days (long enough for a run that loses most of its nodes to finish)."""
+    least 2 days (long enough for a run that loses most of its nodes to finish); 2 days when the
+    analytical model says the plan never finishes (revocations faster than it recovers)."""
     given = params.horizon_s if params is not None else None
-    return float(given or max(5.0 * plan.prediction.duration_s, 2 * 86400.0))
+    predicted = plan.prediction.duration_s
+    return float(given or max(5.0 * predicted if math.isfinite(predicted) else 0.0, 2 * 86400.0))
 
 
 def _trace_matches(trace, plan) -> bool:

@@ -29,16 +29,11 @@ def _horizon(model, upto_s: float) -> float:
     return float(upto_s)
 
 
-def renewal_function(model, duration_s: float, *, replacement_delay_s: float = 0.0,
-                     grid: int = _GRID) -> float:
-    """M(T): expected renewals of one node slot in ``duration_s`` seconds."""
-    key = (id(model), round(float(duration_s), 3), round(float(replacement_delay_s), 3), grid)
-    hit = _cache.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
+def renewal_curve(model, duration_s: float, *, replacement_delay_s: float = 0.0,
+                  grid: int = _GRID) -> tuple[np.ndarray, np.ndarray]:
+    """(t, M(t)) on a uniform grid of ``grid`` steps over [0, ``duration_s``]: the renewal function
+    of one node slot at every grid point, from one solve."""
     T = float(duration_s)
-    if T <= 0:
-        return 0.0
     dt = T / grid
     t = np.arange(grid + 1) * dt
     F = np.asarray(model.cdf(np.maximum(t - replacement_delay_s, 0.0)), float)
@@ -51,7 +46,19 @@ def renewal_function(model, duration_s: float, *, replacement_delay_s: float = 0
         back = M[k - 1::-1][:k]  # M_{k-1}, ..., M_0
         s = 0.5 * np.dot(f[:k], back) + 0.5 * np.dot(f[1:k], back[:k - 1])
         M[k] = (F[k] + s) / (1.0 - 0.5 * f[0])
-    value = float(M[-1])
+    return t, M
+
+
+def renewal_function(model, duration_s: float, *, replacement_delay_s: float = 0.0,
+                     grid: int = _GRID) -> float:
+    """M(T): expected renewals of one node slot in ``duration_s`` seconds."""
+    key = (id(model), round(float(duration_s), 3), round(float(replacement_delay_s), 3), grid)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if float(duration_s) <= 0:
+        return 0.0
+    value = float(renewal_curve(model, duration_s, replacement_delay_s=replacement_delay_s, grid=grid)[1][-1])
     if len(_cache) > 4096:
         _cache.clear()
     _cache[key] = (model, value)
