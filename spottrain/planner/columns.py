@@ -99,6 +99,20 @@ def cluster_revocations(parts: Sequence[tuple[float, Any]], total_nodes: int) ->
     return rate, REGROUP_S, 0.0
 
 
+def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr: float, low: float, high: float,
+                   ckpt_s: float, **kwargs) -> Any:
+    """:func:`risk.assess` of one cluster of ``total_nodes`` nodes whose spot parts are ``spot``
+    (``(nodes, risk.Revocation)``), each part revoked at its rate over the run the model predicts
+    (:func:`risk.settle`); ``kwargs``: ``assess``'s deadline, confidence and work spread."""
+    def at(run):
+        rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
+                                              total_nodes)
+        return risk.assess(work, np.array([thr]), np.array([low]), np.array([high]), np.array([rate]),
+                           np.array([smean]), np.array([sd]), ckpt_s, **kwargs)
+
+    return risk.settle(at, work, np.array([thr]))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Job:
     """What is being planned: the workload, its size and how it is trained."""

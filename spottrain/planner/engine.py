@@ -26,7 +26,7 @@ from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (
-    REGROUP_S, Columns, Job, build_columns, cluster_revocations, node_counts, throughput_curve, throughput_mix,
+    REGROUP_S, Columns, Job, assess_cluster, build_columns, node_counts, throughput_curve, throughput_mix,
 )
 from spottrain.planner.formulation import (MILP_WORK_LIMIT, SAFETY_TIME_LIMIT_S, Limits, Outcome, Picks, SolveStats,
                                           homogeneous_feasible, solve_mix, spot_mask)
@@ -75,19 +75,11 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     groups = [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps) for i, n in picks]
     thr, lo, hi, bott = throughput_mix(job.workload, groups, sync=job.sync, ps=job.ps,
                                        clouds=tuple(cands[i].cloud for i, _n in picks))
-    total = sum(n for _, n in picks)
     nodes = sum(n for _, n in picks)
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
     spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
-    work = job.work(nodes, gpus)
-
-    def assess_at(run):
-        rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in spot], total)
-        return risk.assess(work, np.array([thr]), np.array([lo]), np.array([hi]), np.array([rate]),
-                           np.array([smean]), np.array([sd]), job.checkpoint_s, deadline_s=job.deadline_s,
-                           confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
-
-    a = risk.settle(assess_at, work, np.array([thr]))
+    a = assess_cluster(spot, nodes, job.work(nodes, gpus), thr, lo, hi, job.checkpoint_s, deadline_s=job.deadline_s,
+                       confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),

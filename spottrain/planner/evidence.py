@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.planner import risk
-from spottrain.planner.columns import cluster_revocations
+from spottrain.planner.columns import assess_cluster
 from spottrain.transience.select import known_pools, lifetime_model
 from spottrain.units import (
     format_count, format_duration, format_interval, format_probability, format_rate, format_usd, plural,
@@ -186,15 +186,9 @@ def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float 
     gpus = sum(g.count * g.gpus_per_node for g in plan.groups)
     work_sd = float(job.work_log_sd(total, gpus)[0]) if job is not None else 0.0
     ckpt = float(job.checkpoint_s) if job is not None else risk.checkpoint_cost_s(plan.workload.gradient_bytes)
-    work = plan.workload.samples_total
-
-    def assess_at(run):
-        rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in revs], total)
-        return risk.assess(work, np.array([p.throughput_samples_per_s]), np.array([p.throughput_low]),
-                           np.array([p.throughput_high]), np.array([rate]), np.array([smean]), np.array([sd]), ckpt,
-                           deadline_s=plan.deadline_s, confidence=plan.confidence, work_log_sd=work_sd)
-
-    a = risk.settle(assess_at, work, np.array([p.throughput_samples_per_s]))
+    a = assess_cluster(revs, total, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
+                       p.throughput_high, ckpt, deadline_s=plan.deadline_s, confidence=plan.confidence,
+                       work_log_sd=work_sd)
     return float(a.p_deadline[0])
 
 

@@ -78,7 +78,8 @@ class Revocation:
     """What the risk model needs to know about losing one spot node of a kind."""
 
     rate_per_s: float
-    """Long-run revocations per node-second (1 / mean lifetime)."""
+    """1 / mean lifetime: revocations per second of a node that is always up (a slot, which stands
+    empty through each replacement delay, is revoked at :attr:`long_run_rate` in the long run)."""
     restart_mean_s: float
     restart_sd_s: float
     source: str
@@ -96,16 +97,20 @@ class Revocation:
         1 / (mean lifetime + replacement delay)."""
         t, M = self.renewals
         h = np.maximum(np.asarray(horizon_s, float), t[1])
-        beyond = M[-1] + (h - t[-1]) / (1.0 / max(self.rate_per_s, 1e-30) + self.restart_mean_s)
+        beyond = M[-1] + (h - t[-1]) * self.long_run_rate
         return np.where(h <= t[-1], np.interp(h, t, M), beyond) / h
+
+    @property
+    def long_run_rate(self) -> float:
+        """Revocations per second of a node slot in the long run: 1 / (mean lifetime + replacement delay)."""
+        return 1.0 / (1.0 / max(self.rate_per_s, 1e-30) + self.restart_mean_s)
 
     def rate_floor(self, horizon_s) -> np.ndarray:
         """The least of :meth:`rate_over` over runs of ``horizon_s`` seconds or longer: no run that
         long is revoked at a lower rate (the planner's pruning bound)."""
-        t, M = self.renewals
-        long_run = 1.0 / (1.0 / max(self.rate_per_s, 1e-30) + self.restart_mean_s)
-        rates = self.rate_over(t)
-        tail = np.minimum.accumulate(np.append(rates, long_run)[::-1])[::-1]  # min over t_j >= t_i, and beyond
+        t = self.renewals[0]
+        rates = np.append(self.rate_over(t), self.long_run_rate)
+        tail = np.minimum.accumulate(rates[::-1])[::-1]  # min over t_j >= t_i, and beyond
         i = np.searchsorted(t, np.asarray(horizon_s, float), side="left")
         return np.minimum(tail[np.minimum(i, len(t))], self.rate_over(horizon_s))
 

@@ -25,10 +25,6 @@ _GRID = 2000
 _cache: dict[tuple, tuple[object, float]] = {}
 
 
-def _horizon(model, upto_s: float) -> float:
-    return float(upto_s)
-
-
 def renewal_curve(model, duration_s: float, *, replacement_delay_s: float = 0.0,
                   grid: int = _GRID) -> tuple[np.ndarray, np.ndarray]:
     """(t, M(t)) on a uniform grid of ``grid`` steps over [0, ``duration_s``]: the renewal function
