@@ -32,6 +32,11 @@ def checkpoint_restart(state: JobState) -> Decision:
     return Decision()
 
 
+# A checkpoint-restart runtime: every lost node rolls the job back to its last checkpoint, where
+# spottrain's runtime keeps training on the survivors' state (the simulator's ``keep_state``).
+checkpoint_restart.restarts_from_checkpoint = True  # type: ignore[attr-defined]
+
+
 def skypilot_managed(state: JobState) -> Decision:
     """On a revocation, release every node and relaunch the plan's whole cluster at once."""
     if state.event != "revoked" or state.pending > 0:

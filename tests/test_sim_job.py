@@ -41,14 +41,34 @@ def _one_loss_rows():
 def test_emergency_checkpoint_on_notice_bounds_lost_work(tmp_path):
     plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
     # training starts when the nodes have booted (VM_STARTUP_S); a periodic checkpoint 1000 s later
-    # (10 s); the revocation at 2000 s gives notice at 1880 s (AWS 120 s)
-    with_notice = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same"), 1)
+    # (10 s); the revocation at 2000 s gives notice at 1880 s (AWS 120 s). Here every lost node
+    # rolls back (a checkpoint-restart runtime), so only the checkpoint bounds the loss.
+    restart = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, keep_state=False)
+    with_notice = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same", params=restart), 1)
     without = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "checkpoint-restart"), 1)
     assert with_notice.revocations == without.revocations == 1
     # with the notice the checkpoint taken at 1880-1890 s survives: 110 s of work lost
     assert with_notice.lost_work_s == pytest.approx(110.0)
     # without it, everything since the periodic checkpoint is lost
     assert without.lost_work_s == pytest.approx(2000.0 - (VM_STARTUP_S + 1000.0 + 10.0))
+
+
+def test_survivors_keep_the_model_only_an_empty_cluster_rolls_back(tmp_path):
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
+    # spottrain's runtime (the default): three of four nodes survive the loss at 2000 s and hold the
+    # model, so nothing rolls back; the group only stalls to re-form (60 s)
+    kept = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same"), 1)
+    restart = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, keep_state=False)
+    rolled = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same", params=restart), 1)
+    assert kept.revocations == rolled.revocations == 1
+    assert kept.lost_work_s == 0.0 and rolled.lost_work_s == pytest.approx(110.0)
+    assert kept.makespan_s < rolled.makespan_s
+    # every node lost at once: no survivor holds the model, back to the notice's checkpoint
+    # (a trace file of its own: traces are cached by path)
+    (tmp_path / "all").mkdir()
+    rows = [(0, "z", "available", 4), (2000, "z", "available", 0), (5000, "z", "available", 4)]
+    emptied = run_setup(_setup(tmp_path / "all", plan, rows, "replace-same"), 1)
+    assert emptied.revocations == 4 and emptied.lost_work_s == pytest.approx(110.0)
 
 
 def test_replacement_joins_when_capacity_returns(tmp_path):

@@ -11,10 +11,13 @@ current membership. What happens around it:
   preemption **notice** ``PREEMPTION_NOTICE_S[cloud]`` seconds before (AWS 120 s, GCP 30 s). The policy is
   asked at every notice, revocation, join, price change and periodic tick (for policies that
   use ticks) and answers with a :class:`~spottrain.policies.Decision`.
-- **Synchronous training** (``sync``, and the chief of async PS training): losing a node rolls
-  progress back to the last durable checkpoint (lost work) and stalls ``restart_s`` (detection,
-  re-forming the group, restore). A planned membership change (a join, a release) first
-  checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
+- **Synchronous training** (``sync``): losing a node stalls ``restart_s`` (detection, re-forming
+  the group). The survivors hold the model, as spottrain's runtime keeps it in their memory, so
+  nothing rolls back while one node is left; losing the last one rolls progress back to the last
+  durable checkpoint (lost work). A checkpoint-restart runtime (torchrun restarting every
+  worker; the ``checkpoint-restart`` policy, whose ``restarts_from_checkpoint`` says so; or
+  ``SimParams(keep_state=False)`` for every policy) rolls back at every lost node. The chief of async PS training rolls back as before. A planned membership change (a
+  join, a release) first checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
   **Asynchronous PS training**: losing a non-chief worker only lowers throughput; a joining
   worker starts pulling parameters at once.
 - **Checkpoints** every ``checkpoint_interval_s`` seconds of training (the plan's interval)
@@ -392,7 +395,13 @@ class JobRun:
                 self.failed = True
                 self._finish(False)
                 return
-        if self.s.sync or chief_lost:
+        if self.s.sync and self.live and self.s.keep_state:
+            # The survivors hold the model: nothing rolls back, the group re-forms around them.
+            self.pending_ckpt = None
+            self.train_since = None
+            self.stall_until = now + self.s.restart_s
+            self._mark()
+        elif self.s.sync or chief_lost:
             self.lost += max(self.progress - self.durable, 0.0)
             self.progress = self.durable
             self.pending_ckpt = None
@@ -483,7 +492,7 @@ class JobRun:
             if released_live:
                 if self.pending_ckpt is not None:  # the checkpoint just taken survives the release
                     self.durable = self.pending_ckpt
-                elif self.s.sync or not self.live:
+                elif not self.live or (self.s.sync and not self.s.keep_state):
                     self.lost += max(self.progress - self.durable, 0.0)
                     self.progress = self.durable
                 if self.live:

@@ -39,6 +39,10 @@ class SimParams:
     horizon_s: float | None = None
     """Give up after this much simulated time; None: 5x the plan's duration, at least 2 days
     (:func:`~spottrain.sim.sources.run_horizon_s`)."""
+    keep_state: bool = True
+    """Synchronous training: the survivors of a revocation keep the model (spottrain's runtime), so
+    only losing every node rolls back to the last checkpoint; False: every lost node rolls back (a
+    checkpoint-restart runtime)."""
     fail_on_chief_loss: bool = False
     """Stop the run (failed) when the chief is revoked (the behaviour of the ICAC'19 clusters)."""
     relaunch_when_empty: bool = True
@@ -110,6 +114,9 @@ class SimSetup:
         self.restart_s = float(p.restart_s if p.restart_s is not None else 60.0 + self.checkpoint_cost_s)
         self.interval_s = max(float(plan.checkpoint_interval_s or 0.0), 1.0) if plan.checkpoint_interval_s else INF
         self.sync = plan.sync != "async"
+        # Does a revocation leave the model with the survivors? spottrain's runtime keeps it; a
+        # policy that models a checkpoint-restart system says it restarts from the checkpoint.
+        self.keep_state = p.keep_state and not getattr(self.policy, "restarts_from_checkpoint", False)
         self.total = float(w.samples_total)
         self.planned_tp = plan.prediction.throughput_samples_per_s
         self.horizon_s = run_horizon_s(plan, p)

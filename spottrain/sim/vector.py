@@ -631,8 +631,11 @@ class _Batch:
             a[joined] = INF
             st[key][rows] = a
         st["live"][rows] -= k
-        st["lost"][rows] += np.maximum(st["progress"][rows] - st["durable"][rows], 0.0)
-        st["progress"][rows] = st["durable"][rows]
+        # the survivors hold the model (keep_state): only a run left without a live node rolls back
+        alive = (st["live"][rows] > 0) | (st["od_st"][rows] == 2)
+        roll = rows[~alive] if self.s.keep_state else rows
+        st["lost"][roll] += np.maximum(st["progress"][roll] - st["durable"][roll], 0.0)
+        st["progress"][roll] = st["durable"][roll]
         st["pend"][rows] = np.nan
         st["stall_until"][rows] = st["now"][rows] + restart
         self.training[rows] = False
