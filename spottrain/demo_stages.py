@@ -406,7 +406,7 @@ def stage_run(ctx: StageContext) -> dict[str, Any]:
     }
     # Predictions for the local run, from the simulated run it replays: its revocations and
     # replacements as counted by the simulator, its lost work (rolled back to the last
-    # checkpoint, the simulator's job model) as a share of the steps, and its restart stall
+    # checkpoint when no node survives, the simulator's job model) as a share of the steps, and its restart stall
     # converted to local time at the local run's own step pace.
     pace = (summary.median_step_s or 0.0) * steps / train_s
     restart_s = _restart_s(ctx)
@@ -431,9 +431,9 @@ def stage_run(ctx: StageContext) -> dict[str, Any]:
             f"from simulated run #{replayed['run']} ({replayed['revocations']} revocations in "
             f"{replayed['makespan_s'] / HOUR_S:.2f} h), placed at the same share of progress.")
     compare_note = ("Predicted: what the simulated run implies for this local run (lost work is the simulator's "
-                    "roll-back to the last checkpoint; stall is its restart time at the local step pace). "
-                    "Actual: what the local elastic runtime measured; survivors keep their in-memory state, so "
-                    "fewer steps are lost than a checkpoint restart would lose.")
+                    "roll-back to the last checkpoint, which it makes only when a revocation leaves no node; stall "
+                    "is its restart time at the local step pace). Actual: what the local elastic runtime measured; "
+                    "survivors keep their in-memory state, so only the step in flight is redone.")
     headline = (f"{summary.completed_steps}/{steps} steps, {summary.revocations} revocations, "
                 f"{summary.lost_steps} lost steps, max stall {summary.max_stall_s:.2f} s")
     if not summary.ok:

@@ -32,12 +32,16 @@ def test_probability_and_quantile_agree():
     assert np.array_equal(meets, a.time_q_s <= 3e4)
 
 
-def test_mean_matches_a_simulation_of_revocations():
-    """Simulate checkpoint/restart with Poisson revocations and compare the expected time."""
+@pytest.mark.parametrize("notice_s", [np.inf, 100.0])
+def test_mean_matches_a_simulation_of_revocations(notice_s):
+    """Simulate checkpoint/restart with Poisson revocations and compare the expected time; with a
+    notice the job checkpoints on it, so a revocation loses at most the work after that checkpoint."""
     work, thr, rate, stall, ckpt = 2e6, 100.0, 1 / 3600.0, 120.0, 20.0
     a = risk.assess(work, np.array([thr]), np.array([thr]), np.array([thr]), np.array([rate]),
-                    np.array([stall]), np.array([0.0]), ckpt)
+                    np.array([stall]), np.array([0.0]), ckpt, notice_s=notice_s)
     tau = a.interval_s[0]
+    bound = max(notice_s - ckpt, 0.0)
+    assert not np.isfinite(notice_s) or bound < tau  # the notice's bound is what is tested
     rng = np.random.default_rng(0)
     times = []
     for _ in range(3000):
@@ -55,7 +59,7 @@ def test_mean_matches_a_simulation_of_revocations():
                     since_ckpt = 0.0
             else:
                 t += to_fail + stall + ckpt
-                done -= since_ckpt
+                done -= min(since_ckpt, bound)
                 done += 0.0
                 since_ckpt = 0.0
                 done = max(done, 0.0)
@@ -126,3 +130,45 @@ def test_revocations_over_a_run_follow_the_fitted_law_not_its_mean():
     exp = ExponentialLifetime().fit(np.full(100, 7200.0))
     flat = risk.revocation_of(exp, restart_mean_s=0.0, restart_sd_s=0.0, source="test")
     assert flat.rate_over(np.array([600.0, 7200.0, 86400.0])) == pytest.approx(np.full(3, 1 / 7200.0), rel=0.01)
+
+
+def test_the_model_is_lost_only_when_no_node_is_left():
+    """The survivors of a revocation keep the model: it is lost only when every other node's slot
+    stands empty, awaiting its replacement. Checked against a simulation of three independent
+    slots (exponential lives of 2 h, replaced after 1 h: each slot empty a third of the time)."""
+    from spottrain.transience import ExponentialLifetime
+
+    life, delay = 2 * 3600.0, 3600.0
+    law = ExponentialLifetime().fit(np.full(100, life))
+    rev = risk.revocation_of(law, restart_mean_s=delay, restart_sd_s=0.0, source="test")
+    assert rev.down_fraction == pytest.approx(1 / 3, rel=0.01)
+    rng = np.random.default_rng(5)
+    slots = []
+    for _ in range(3):  # (revocation times, replacement times) of each slot over ~4,000 lives
+        lives = rng.exponential(life, 4000)
+        revoked = np.cumsum(lives + delay) - delay
+        slots.append((revoked, revoked + delay))
+    lost = seen = 0
+    for i, (revoked, _) in enumerate(slots):
+        t = revoked[revoked < slots[0][0][-1]]
+        down = np.ones(t.size, bool)
+        for j, (rv, back) in enumerate(slots):
+            if j != i:
+                k = np.searchsorted(rv, t, side="right") - 1  # the other slot's last revocation
+                down &= (k >= 0) & (t < back[np.maximum(k, 0)])
+        lost += int(down.sum())
+        seen += t.size
+    assert risk.state_loss([(3, rev)], 3) == pytest.approx(lost / seen, rel=0.1)
+    assert risk.state_loss([(3, rev)], 3) == pytest.approx(rev.down_fraction ** 2)
+    assert risk.state_loss([(1, rev)], 1) == 1.0  # a lone node takes the model with it
+    assert risk.state_loss([(3, rev)], 4) == 0.0  # an on-demand node keeps it
+
+
+def test_survivors_lengthen_the_interval_and_shorten_the_run():
+    args = (2e6, np.array([100.0]), np.array([100.0]), np.array([100.0]), np.array([4 / 3600.0]),
+            np.array([60.0]), np.array([0.0]), 20.0)
+    alone, kept, never = (risk.assess(*args, state_loss=q) for q in (1.0, 0.1, 0.0))
+    assert alone.interval_s[0] < kept.interval_s[0] <= never.interval_s[0] == risk.CHECKPOINT_MAX_S
+    assert alone.time_mean_s[0] > kept.time_mean_s[0] > never.time_mean_s[0]
+    # a notice longer than the interval bounds nothing
+    assert risk.assess(*args, notice_s=1e5).time_mean_s[0] == pytest.approx(alone.time_mean_s[0])

@@ -9,6 +9,7 @@ enumerating every homogeneous cluster of the catalog is a handful of vectorized 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,12 +104,16 @@ def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr:
                    ckpt_s: float, **kwargs) -> Any:
     """:func:`risk.assess` of one cluster of ``total_nodes`` nodes whose spot parts are ``spot``
     (``(nodes, risk.Revocation)``), each part revoked at its rate over the run the model predicts
-    (:func:`risk.settle`); ``kwargs``: ``assess``'s deadline, confidence and work spread."""
+    (:func:`risk.settle`), the model lost only with every node (:func:`risk.state_loss`);
+    ``kwargs``: ``assess``'s deadline, confidence and work spread."""
+    q = risk.state_loss(spot, total_nodes)
+    notice = min((rev.notice_s for _, rev in spot), default=math.inf)
+
     def at(run):
         rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
                                               total_nodes)
         return risk.assess(work, np.array([thr]), np.array([low]), np.array([high]), np.array([rate]),
-                           np.array([smean]), np.array([sd]), ckpt_s, **kwargs)
+                           np.array([smean]), np.array([sd]), ckpt_s, state_loss=q, notice_s=notice, **kwargs)
 
     return risk.settle(at, work, np.array([thr]))
 
@@ -201,7 +206,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     kind_m = np.zeros(len(keys), dtype=int)
     if len(cands):
         np.maximum.at(kind_m, kind_of, limits)
-    thr, lo, hi, bott, revs, smean, ssd, kn, work, work_sd = [], [], [], [], [], [], [], [], [], []
+    thr, lo, hi, bott, revs, smean, ssd, kn, work, work_sd, lose, notice = ([] for _ in range(12))
     for (cloud, gpu, g, net, spot), k in keys.items():
         m = int(kind_m[k])
         if m < 1:
@@ -220,10 +225,14 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             revs.append(rev)
             smean.append(REGROUP_S + rev.restart_mean_s / n)
             ssd.append(rev.restart_sd_s / n)
+            lose.append(rev.down_fraction ** (n - 1.0))  # risk.state_loss of n nodes of one kind
+            notice.append(np.full(m, rev.notice_s))
         else:
             revs.append(None)
             smean.append(np.full(m, REGROUP_S))
             ssd.append(np.zeros(m))
+            lose.append(np.zeros(m))
+            notice.append(np.full(m, math.inf))
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
     offset = np.concatenate([[0], np.cumsum(np.maximum(kind_m, 0))])
     thr_k, n_k = cat(thr), cat(kn)
@@ -239,7 +248,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
 
     a, rate_k = risk.assess_settled(rate_at, cat(work), thr_k, cat(lo), cat(hi), cat(smean), cat(ssd),
                                     job.checkpoint_s, deadline_s=job.deadline_s, confidence=job.confidence,
-                                    work_log_sd=cat(work_sd))
+                                    work_log_sd=cat(work_sd), state_loss=cat(lose), notice_s=cat(notice))
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
     g = cat(pos).astype(int)

@@ -14,6 +14,7 @@ front are built on these.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -275,9 +276,13 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
         on_demand = len(revs) < len(members)
         if on_demand:
             sm, sd = np.full(m, REGROUP_S), np.zeros(m)
+            lose, notice = np.zeros(m), math.inf
         else:
             sm = REGROUP_S + min(r.restart_mean_s for r in revs) / n
             sd = min(r.restart_sd_s for r in revs) / n
+            # the least chance of losing the model and the shortest notice lose the least work
+            lose = min(r.down_fraction for r in revs) ** (n - 1.0)
+            notice = min(r.notice_s for r in revs)
         out = []
         for shape in sorted({ctx.cands[i].shape for i in members}):
             gpu, g, net = shape
@@ -288,7 +293,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             shortest = risk.horizon_s(job.work(n, n * g), thr)
             rate = np.zeros(m) if on_demand else n * np.min([r.rate_floor(shortest) for r in revs], axis=0)
             a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
-                            work_log_sd=job.work_log_sd(n, n * g))
+                            work_log_sd=job.work_log_sd(n, n * g), state_loss=lose, notice_s=notice)
             e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
             out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
         return out
@@ -330,12 +335,14 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
     )
     spot_nodes = sum(g.count for g in groups if g.spot)
     interval = o.interval_s
-    if spot_nodes and groups and exact_interval:
+    if exact_interval and spot_nodes == 1 and sum(g.count for g in groups) == 1:
+        # a lone spot node loses the model at every revocation: the exact optimum under its law
+        # (with survivors, the model is lost only with every node: the risk model's interval)
         g0 = next(g for g in groups if g.spot)
         rate = o.revocations / max(o.time_mean_s, 1e-9)
         interval = risk.optimal_checkpoint_interval_s(ctx.job.checkpoint_s, g0.cloud, g0.gpu, spot_nodes, rate / spot_nodes)
     elif not spot_nodes:
-        interval = 3600.0
+        interval = risk.CHECKPOINT_MAX_S
     pred = PlanPrediction(
         throughput_samples_per_s=o.thr, throughput_low=o.low, throughput_high=o.high, duration_s=o.time_mean_s,
         duration_p95_s=o.time_p95_s, cost_usd=o.cost_usd, cost_p95_usd=o.cost_p95_usd, p_meet_deadline=o.p_deadline,

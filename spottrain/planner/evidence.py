@@ -167,12 +167,12 @@ def group_evidence(cloud: str, gpu: str, instance_type: str, spot: bool) -> Grou
 @functools.cache
 def _revocation_under(law_key: tuple[str, str], cloud: str, gpu: str) -> risk.Revocation:
     """A ``cloud``/``gpu`` node's revocations with the lifetime law of ``law_key`` (its own
-    replacement delay)."""
+    replacement delay and preemption notice)."""
     own = risk.revocation(cloud, gpu)
     if law_key == (cloud, gpu):
         return own
     return risk.revocation_of(lifetime_model(*law_key), restart_mean_s=own.restart_mean_s,
-                              restart_sd_s=own.restart_sd_s, source=own.source)
+                              restart_sd_s=own.restart_sd_s, source=own.source, notice_s=own.notice_s)
 
 
 def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float | None:

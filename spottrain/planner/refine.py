@@ -614,8 +614,11 @@ def refine(
             mean_revocations=float(r.mean()) if r is not None else math.nan,
             eligible=ok, runs=len(c), dropped=race.dropped.get(k, "")))
     notes = []
-    # the choice is made among the candidates still in contention (those with every run)
-    ok = [f for k, f in enumerate(figures) if f.eligible and k in race.alive]
+    # the choice is made among the candidates still in contention (those with every run); when the
+    # leader they were dropped against fails the request on its last runs (a mean cost that ends
+    # just over the budget), among the dropped ones that met it on theirs
+    ok = ([f for k, f in enumerate(figures) if f.eligible and k in race.alive]
+          or [f for k, f in enumerate(figures) if f.eligible and k in race.dropped])
     timed_out = not finished_race
     if timed_out:
         best = figures[0]

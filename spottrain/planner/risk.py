@@ -8,19 +8,26 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   With a target loss the work ``W`` is a prediction too (the convergence model's steps): its
   log-sd ``sigma_W``, independent of the throughput's, adds in quadrature,
   ``sigma = sqrt(sigma_X^2 + sigma_W^2)``.
-- Checkpoints. Cost ``c`` seconds per checkpoint (size / write bandwidth), interval ``tau`` at
-  the Young/Daly optimum ``sqrt(2 c / Lambda)`` for the cluster revocation rate ``Lambda`` =
-  sum over spot nodes of ``M(T) / T``: the renewal function of the node's fitted lifetime law
+- Checkpoints. Cost ``c`` seconds per checkpoint (size / write bandwidth), interval ``tau`` (see
+  below) for the cluster revocation rate ``Lambda`` = sum over spot nodes of ``M(T) / T``: the renewal function of the node's fitted lifetime law
   over the run ``T`` (a fresh node at the start, each replacement fresh after the replacement
   delay; :meth:`Revocation.rate_over`), which is 1 / mean lifetime only for a memoryless law.
   ``T`` is the run the model predicts (:func:`settle`). Overhead factor ``1 + c / tau``.
 - Revocations (CM-DARE, spotDNN: a sync job stalls for every lost node). Revocations arrive at
-  rate ``Lambda``; each costs the work since the last checkpoint (uniform on ``[0, tau]``), a
-  restore (``c``) and a stall ``R`` given by the caller: re-forming the group (spotDNN measured a
-  29.6 s dip) plus the replacement delay (transience models) times the lost node's share of the
-  cluster throughput, since the survivors keep training until the replacement joins. With
-  ``rho = Lambda * E[L]``, a renewal-reward argument gives the expected wall time
-  ``T = A T0`` with ``A = (1 + c / tau) / (1 - rho)``; ``rho >= 1`` means it never finishes.
+  rate ``Lambda``; each costs a restore (``c``) and a stall ``R`` given by the caller: re-forming
+  the group (spotDNN measured a 29.6 s dip) plus the replacement delay (transience models) times
+  the lost node's share of the cluster throughput, since the survivors keep training until the
+  replacement joins. The survivors also keep the model (spottrain's runtime holds it in their
+  memory), so a revocation loses work only when it leaves no node: with probability ``q``
+  (:func:`state_loss`: 1 for a lone node, 0 beside an on-demand node, else the chance that every
+  other node's slot stands empty, awaiting its replacement). Such a loss costs the work since the
+  last checkpoint (uniform on ``[0, tau]``), but no more than ``notice - c``: the policy
+  checkpoints on the preemption notice, and only the work after that checkpoint is lost. The
+  interval ``tau`` is the Young/Daly optimum for those losses, ``sqrt(2 c / (q Lambda))``, held at
+  :data:`CHECKPOINT_MAX_S` at most; it ignores the notice's bound, a hedge against a loss that
+  comes without one. With ``rho = Lambda * E[L]``, a renewal-reward argument gives the expected
+  wall time ``T = A T0`` with ``A = (1 + c / tau) / (1 - rho)``; ``rho >= 1`` means it never
+  finishes.
 - Variability. Given ``T0``, the revocation part is compound Poisson with variance
   ``k T0``, ``k = A Lambda E[L^2] / (1 - rho)^2`` (normal limit). Unconditionally
   ``E[T] = A E[T0]`` and ``Var[T] = A^2 Var[T0] + k E[T0]`` (law of total variance, lognormal
@@ -43,7 +50,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from spottrain.clouds import VM_STARTUP_S
+from spottrain.clouds import PREEMPTION_NOTICE_S, VM_STARTUP_S
 from spottrain.transience import lifetime_model, replacement_delay, young_daly_interval_s
 from spottrain.transience import optimal_checkpoint_interval_s as _optimal_interval
 from spottrain.transience.renewal import renewal_curve
@@ -68,6 +75,9 @@ JOB_SETUP_S = 60.0
 """Job set-up after the VMs boot (environment, data, first restore): one minute."""
 LAUNCH_S = VM_STARTUP_S + JOB_SETUP_S
 """Fixed start of every plan (s): VM start-up (:data:`spottrain.clouds.VM_STARTUP_S`) + job set-up."""
+CHECKPOINT_MAX_S = 3600.0
+"""Longest checkpoint interval of a plan (s): however seldom the model is lost, a job that checkpoints
+hourly loses at most an hour to a failure no model foresees (on-demand plans use it too)."""
 ANCHOR_SNAPSHOT_GBS = 5.0
 """DeepVM-style asynchronous multi-level checkpointing to an on-demand anchor: the training stall
 is only the snapshot to host memory / the anchor, persisted in the background."""
@@ -86,6 +96,8 @@ class Revocation:
     renewals: tuple[np.ndarray, np.ndarray]
     """(t, M(t)): expected revocations of one node slot within t seconds of the start (the renewal
     function of the fitted law, each replacement starting a fresh life after the replacement delay)."""
+    notice_s: float = math.inf
+    """Warning before a revocation (the cloud's preemption notice); inf: none is counted on."""
 
     def rate_over(self, horizon_s) -> np.ndarray:
         """Revocations per node-second over a run of ``horizon_s`` seconds: M(T) / T.
@@ -104,6 +116,12 @@ class Revocation:
     def long_run_rate(self) -> float:
         """Revocations per second of a node slot in the long run: 1 / (mean lifetime + replacement delay)."""
         return 1.0 / (1.0 / max(self.rate_per_s, 1e-30) + self.restart_mean_s)
+
+    @property
+    def down_fraction(self) -> float:
+        """Share of a long run that the node's slot stands empty, awaiting a replacement:
+        delay / (mean lifetime + delay)."""
+        return self.restart_mean_s * self.long_run_rate
 
     def rate_floor(self, horizon_s) -> np.ndarray:
         """The least of :meth:`rate_over` over runs of ``horizon_s`` seconds or longer: no run that
@@ -124,10 +142,12 @@ def revocation(cloud: str, gpu: str, zone: str | None = None) -> Revocation:
     mean_d = float(delay.mean_s)
     sd = max((float(delay.p95_s) - mean_d) / 1.645, 0.0)
     src = f"{model.name} lifetime fit" + (f" (pooled from {model.pooled_from})" if model.pooled_from else "")
-    return revocation_of(model, restart_mean_s=mean_d, restart_sd_s=sd, source=src)
+    return revocation_of(model, restart_mean_s=mean_d, restart_sd_s=sd, source=src,
+                         notice_s=PREEMPTION_NOTICE_S.get(cloud, math.inf))
 
 
-def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: str) -> Revocation:
+def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: str,
+                  notice_s: float = math.inf) -> Revocation:
     """The :class:`Revocation` of a node whose lifetime follows ``model`` (a fitted lifetime law),
     replaced after ``restart_mean_s`` on average."""
     mean_d = float(restart_mean_s)
@@ -145,7 +165,27 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     t = np.concatenate([[0.0], t_f[head], t_c[keep]])
     M = np.concatenate([[0.0], fine[1][head], coarse[1][keep]])
     return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=float(restart_sd_s),
-                      source=source, renewals=(t, M))
+                      source=source, renewals=(t, M), notice_s=float(notice_s))
+
+
+def state_loss(spot, total_nodes: int) -> float:
+    """Probability that a revocation leaves no node holding the model, for a cluster of
+    ``total_nodes`` nodes whose spot parts are ``spot`` (``(nodes, Revocation)``): 0 when a node is
+    on demand, 1 for a lone spot node; else, for each part's revoked node (weighted by the part's
+    share of the revocations), the chance that every other node's slot stands empty
+    (:attr:`Revocation.down_fraction`), the slots taken as independent. Traces that revoke many
+    nodes at once lose the model more often than that."""
+    nodes = sum(n for n, _ in spot)
+    if not spot or nodes < total_nodes:
+        return 0.0
+    weights = [n * rev.long_run_rate for n, rev in spot]
+    if sum(weights) <= 0:
+        return 0.0
+    q = 0.0
+    for (n, rev), w in zip(spot, weights):
+        others = math.prod(r.down_fraction ** (k - (r is rev)) for k, r in spot)
+        q += w * others
+    return min(q / sum(weights), 1.0)
 
 
 RENEWAL_FINE_S = 6 * 3600.0
@@ -265,9 +305,14 @@ def assess(
     confidence: float = 0.95,
     launch_s: float = LAUNCH_S,
     work_log_sd: float | np.ndarray = 0.0,
+    state_loss: float | np.ndarray = 1.0,
+    notice_s: float | np.ndarray = math.inf,
 ) -> Assessment:
     """Assess clusters: see the module docstring for the model. ``work`` (samples) may differ per
-    cluster (a target loss; ``inf`` = never reaches it), and be uncertain (``work_log_sd``)."""
+    cluster (a target loss; ``inf`` = never reaches it), and be uncertain (``work_log_sd``).
+    ``state_loss``: the probability that a revocation leaves no node holding the model
+    (:func:`state_loss`; 1 = every revocation rolls back to the last checkpoint); ``notice_s``:
+    the warning before a revocation, on which the job checkpoints."""
     thr = np.asarray(thr, dtype=float)
     work = np.asarray(work, dtype=float)
     rate = np.maximum(np.asarray(rate, dtype=float), 0.0)
@@ -276,11 +321,21 @@ def assess(
     stall_mean_s = np.asarray(stall_mean_s, float)
     stall_sd_s = np.asarray(stall_sd_s, float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        tau = np.where(rate > 0, young_daly_interval_s(ckpt_s, 1.0 / np.where(rate > 0, rate, 1.0)), 0.0)
+        q = np.clip(np.asarray(state_loss, float), 0.0, 1.0)
+        lost_rate = rate * q  # revocations that lose the model
+        tau = np.where(lost_rate > 0, np.minimum(young_daly_interval_s(
+            ckpt_s, 1.0 / np.where(lost_rate > 0, lost_rate, 1.0)), CHECKPOINT_MAX_S),
+            np.where(rate > 0, CHECKPOINT_MAX_S, 0.0))
         overhead = np.where(rate > 0, 1.0 + ckpt_s / np.where(tau > 0, tau, 1.0), 1.0)
         r = stall_mean_s + ckpt_s
-        mean_l = tau / 2.0 + r
-        mean_l2 = tau**2 / 3.0 + tau * r + r**2 + stall_sd_s**2
+        # Work lost when the model is: min(age of the last checkpoint, the notice's bound).
+        bound = np.maximum(np.asarray(notice_s, float) - ckpt_s, 0.0)
+        cut = bound < tau
+        t_div = np.where(tau > 0, tau, 1.0)
+        e1 = np.where(cut, bound - bound**2 / (2.0 * t_div), tau / 2.0)
+        e2 = np.where(cut, bound**2 - 2.0 * bound**3 / (3.0 * t_div), tau**2 / 3.0)
+        mean_l = q * e1 + r
+        mean_l2 = q * (e2 + 2.0 * e1 * r) + r**2 + stall_sd_s**2
         rho = rate * mean_l
         finishes = (rho < 1.0) & (thr > 0) & np.isfinite(work)
         work = np.where(np.isfinite(work), work, 1.0)
