@@ -423,7 +423,9 @@ def stage_run(ctx: StageContext) -> dict[str, Any]:
         {"quantity": "lost steps", "predicted": round(replayed["lost_work_s"] / train_s * steps, 1),
          "actual": summary.lost_steps},
         {"quantity": "max stall (s)", "predicted": per_rev_stall, "actual": summary.max_stall_s},
-        {"quantity": "checkpoints", "predicted": steps // ckpt_every, "actual": len(summary.checkpoints)},
+        # periodic ones before the last step, one on each notice, the final one
+        {"quantity": "checkpoints", "predicted": (steps - 1) // ckpt_every + sum(e["kind"] == "sigterm" for e in schedule) + 1,
+         "actual": len(summary.checkpoints)},
     ]
     note = (f"{cfg.workers} worker processes on this machine train the built-in '{ex.name}' example for {steps} "
             f"steps with the '{replayed['policy']}' policy, checkpointing every {ckpt_every} steps (the plan's "

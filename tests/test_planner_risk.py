@@ -172,3 +172,22 @@ def test_survivors_lengthen_the_interval_and_shorten_the_run():
     assert alone.time_mean_s[0] > kept.time_mean_s[0] > never.time_mean_s[0]
     # a notice longer than the interval bounds nothing
     assert risk.assess(*args, notice_s=1e5).time_mean_s[0] == pytest.approx(alone.time_mean_s[0])
+
+
+def test_outages_that_take_the_whole_group_lose_the_model_once_each():
+    """A market whose every revocation takes the whole group (outage share 1) loses the model once
+    per n revocations; the pruning floor bounds every mix of markets from below."""
+    from spottrain.transience import ExponentialLifetime
+
+    law = ExponentialLifetime().fit(np.full(100, 2 * 3600.0))
+    together = risk.revocation_of(law, restart_mean_s=3600.0, restart_sd_s=0.0, source="test", outage_share=1.0)
+    apart = risk.revocation_of(law, restart_mean_s=1800.0, restart_sd_s=0.0, source="test", outage_share=0.0)
+    assert risk.state_loss([(5, together)], 5) == pytest.approx(1 / 5)
+    half = risk.revocation_of(law, restart_mean_s=3600.0, restart_sd_s=0.0, source="test", outage_share=0.5)
+    assert risk.state_loss([(5, half)], 5) == pytest.approx(0.5 / 5 + 0.5 * half.down_fraction ** 4)
+    # two markets: an outage of one loses the model only while the other's nodes are all down
+    mix = risk.state_loss([(2, together), (3, apart)], 5)
+    assert mix < risk.state_loss([(5, together)], 5)
+    for parts in ([(2, together), (3, apart)], [(4, together), (1, apart)], [(5, apart)], [(1, half), (4, apart)]):
+        n = sum(k for k, _ in parts)
+        assert risk.state_loss_floor([together, apart, half], n) <= risk.state_loss(parts, n) + 1e-15

@@ -76,6 +76,32 @@ def test_acquisition_waits_fifo():
     assert w.tolist() == [5.0, 30.0, 50.0] and o.tolist() == [True, True, False]
 
 
+def test_group_losses_count_the_drops_that_empty_a_group():
+    from spottrain.transience.availability import group_losses
+    from spottrain.transience.events import Trace, TraceEvent
+
+    # 4 -> 2 (two nodes, the group survives), 2 -> 0 (two, in a drop that empties it), 0 -> 1 -> 0
+    # (a lone node: says nothing about nodes falling together)
+    ev = [TraceEvent(time_s=t, source="z", event="available", value=v)
+          for t, v in [(0, 4), (10, 2), (20, 0), (30, 1), (40, 0)]]
+    tr = Trace(name="synthetic", cloud="aws", gpu="V100", instance_type=None, zone="z",
+               kind="alive", events=tuple(ev), duration_s=100.0, provenance="synthetic")
+    assert group_losses(tr) == (4, 2)
+
+
+def test_group_outages_differ_by_market_on_the_shipped_traces():
+    from spottrain.transience import group_outage
+
+    # SkyPilot's 4- and 16-node AWS V100 traces: most revocations take the whole group ...
+    aws = group_outage("aws", "V100")
+    assert aws.pooled_from is None and aws.revocations > 1000 and aws.share > 0.5
+    # ... Bamboo's GCP preemptible V100 clusters of up to 80 VMs never dropped to zero
+    gcp = group_outage("gcp", "V100")
+    assert gcp.pooled_from is None and gcp.revocations > 100 and gcp.share == 0.0
+    # too few revocations of its own (AWS K80: 3): pooled, and said
+    assert "aws all GPUs" in group_outage("aws", "K80").pooled_from
+
+
 def _write(tmp_path, text, name="synthetic_trace.csv"):
     p = tmp_path / name
     p.write_text(text)

@@ -71,6 +71,7 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
     from spottrain.transience import (
         availability,
         expected_revocations,
+        group_outage,
         lifetime_model,
         optimal_checkpoint_interval_s,
         replacement_delay,
@@ -82,6 +83,7 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
     mtbf = m.mean_lifetime_s()
     delay = replacement_delay(cloud, m.gpu)
     avail = availability(cloud, m.gpu, zone)
+    outage = group_outage(cloud, m.gpu)
     restart = delay.mean_s
     opt = optimal_checkpoint_interval_s(checkpoint_cost_s, m, nodes, restart_s=restart)
     yd = young_daly_interval_s(checkpoint_cost_s, mtbf / nodes)
@@ -99,6 +101,8 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
         "replacement_delay": {"mean_s": delay.mean_s, "p95_s": delay.p95_s,
                               "mean_wait_s": delay.mean_wait_s, "mean_startup_s": delay.mean_startup_s,
                               "pooled_from": delay.pooled_from},
+        "group_outage": {"share": outage.share, "revocations": outage.revocations, "traces": list(outage.traces),
+                         "pooled_from": outage.pooled_from},
         "availability": {"p_obtain_1": avail.p_obtain(1), f"p_obtain_{nodes}": avail.p_obtain(nodes),
                          "basis": avail.note, "pooled_from": avail.pooled_from},
         "price_spread": _price_spread(cloud, m.gpu),
@@ -240,6 +244,9 @@ def _render(out: dict) -> None:
         ("replacement delay", f"mean {format_duration(rd['mean_s'])}, p95 {format_duration(rd['p95_s'])} "
          f"(wait {format_duration(rd['mean_wait_s'])} + start-up {format_duration(rd['mean_startup_s'])})"),
         ("P(obtain now)", f"1 node {av['p_obtain_1']:.0%}, {n} nodes {av[f'p_obtain_{n}']:.0%} ({av['basis']})"),
+        ("revocations that empty the group", f"{out['group_outage']['share']:.0%} of "
+         f"{out['group_outage']['revocations']:,} in traces of several nodes"
+         + (f" (pooled: {out['group_outage']['pooled_from']})" if out["group_outage"]["pooled_from"] else "")),
     ]
     ps = out["price_spread"]
     lines.append(("spot price across zones", "catalog not available" if ps is None else

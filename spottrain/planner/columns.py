@@ -225,7 +225,8 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             revs.append(rev)
             smean.append(REGROUP_S + rev.restart_mean_s / n)
             ssd.append(rev.restart_sd_s / n)
-            lose.append(rev.down_fraction ** (n - 1.0))  # risk.state_loss of n nodes of one kind
+            # risk.state_loss of n nodes of one market
+            lose.append(rev.outage_share / n + (1.0 - rev.outage_share) * rev.down_fraction ** (n - 1.0))
             notice.append(np.full(m, rev.notice_s))
         else:
             revs.append(None)

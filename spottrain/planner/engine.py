@@ -281,7 +281,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             sm = REGROUP_S + min(r.restart_mean_s for r in revs) / n
             sd = min(r.restart_sd_s for r in revs) / n
             # the least chance of losing the model and the shortest notice lose the least work
-            lose = min(r.down_fraction for r in revs) ** (n - 1.0)
+            lose = risk.state_loss_floor(revs, n)
             notice = min(r.notice_s for r in revs)
         out = []
         for shape in sorted({ctx.cands[i].shape for i in members}):

@@ -172,7 +172,8 @@ def _revocation_under(law_key: tuple[str, str], cloud: str, gpu: str) -> risk.Re
     if law_key == (cloud, gpu):
         return own
     return risk.revocation_of(lifetime_model(*law_key), restart_mean_s=own.restart_mean_s,
-                              restart_sd_s=own.restart_sd_s, source=own.source, notice_s=own.notice_s)
+                              restart_sd_s=own.restart_sd_s, source=own.source, notice_s=own.notice_s,
+                              outage_share=own.outage_share)
 
 
 def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float | None:

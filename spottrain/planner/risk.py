@@ -51,7 +51,7 @@ from statistics import NormalDist
 import numpy as np
 
 from spottrain.clouds import PREEMPTION_NOTICE_S, VM_STARTUP_S
-from spottrain.transience import lifetime_model, replacement_delay, young_daly_interval_s
+from spottrain.transience import group_outage, lifetime_model, replacement_delay, young_daly_interval_s
 from spottrain.transience import optimal_checkpoint_interval_s as _optimal_interval
 from spottrain.transience.renewal import renewal_curve
 
@@ -98,6 +98,9 @@ class Revocation:
     function of the fitted law, each replacement starting a fresh life after the replacement delay)."""
     notice_s: float = math.inf
     """Warning before a revocation (the cloud's preemption notice); inf: none is counted on."""
+    outage_share: float = 0.0
+    """Share of the node's revocations that take every node of its group at once (a market-wide
+    drop: :func:`spottrain.transience.group_outage`); the rest strike nodes independently."""
 
     def rate_over(self, horizon_s) -> np.ndarray:
         """Revocations per node-second over a run of ``horizon_s`` seconds: M(T) / T.
@@ -143,11 +146,12 @@ def revocation(cloud: str, gpu: str, zone: str | None = None) -> Revocation:
     sd = max((float(delay.p95_s) - mean_d) / 1.645, 0.0)
     src = f"{model.name} lifetime fit" + (f" (pooled from {model.pooled_from})" if model.pooled_from else "")
     return revocation_of(model, restart_mean_s=mean_d, restart_sd_s=sd, source=src,
-                         notice_s=PREEMPTION_NOTICE_S.get(cloud, math.inf))
+                         notice_s=PREEMPTION_NOTICE_S.get(cloud, math.inf),
+                         outage_share=group_outage(cloud, gpu).share)
 
 
 def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: str,
-                  notice_s: float = math.inf) -> Revocation:
+                  notice_s: float = math.inf, outage_share: float = 0.0) -> Revocation:
     """The :class:`Revocation` of a node whose lifetime follows ``model`` (a fitted lifetime law),
     replaced after ``restart_mean_s`` on average."""
     mean_d = float(restart_mean_s)
@@ -165,27 +169,44 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     t = np.concatenate([[0.0], t_f[head], t_c[keep]])
     M = np.concatenate([[0.0], fine[1][head], coarse[1][keep]])
     return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=float(restart_sd_s),
-                      source=source, renewals=(t, M), notice_s=float(notice_s))
+                      source=source, renewals=(t, M), notice_s=float(notice_s),
+                      outage_share=min(max(float(outage_share), 0.0), 1.0))
 
 
 def state_loss(spot, total_nodes: int) -> float:
     """Probability that a revocation leaves no node holding the model, for a cluster of
-    ``total_nodes`` nodes whose spot parts are ``spot`` (``(nodes, Revocation)``): 0 when a node is
-    on demand, 1 for a lone spot node; else, for each part's revoked node (weighted by the part's
-    share of the revocations), the chance that every other node's slot stands empty
-    (:attr:`Revocation.down_fraction`), the slots taken as independent. Traces that revoke many
-    nodes at once lose the model more often than that."""
+    ``total_nodes`` nodes whose spot parts are ``spot`` (``(nodes, Revocation)``, each part one
+    market): 0 when a node is on demand, 1 for a lone spot node.
+
+    A part's revocations come in two kinds (:attr:`Revocation.outage_share` w of them in outages
+    that take the whole part at once, the rest one node at a time), and the model is lost when,
+    besides what the revocation takes, every other node's slot stands empty awaiting its
+    replacement (:attr:`Revocation.down_fraction` u; slots of other parts and independent slots
+    taken as independent). For n nodes of one market: ``w / n + (1 - w) u^(n-1)`` per revocation
+    (an outage revokes n nodes and loses the model once).
+    """
     nodes = sum(n for n, _ in spot)
     if not spot or nodes < total_nodes:
         return 0.0
-    weights = [n * rev.long_run_rate for n, rev in spot]
-    if sum(weights) <= 0:
+    total = sum(n * rev.long_run_rate for n, rev in spot)
+    if total <= 0:
         return 0.0
-    q = 0.0
-    for (n, rev), w in zip(spot, weights):
-        others = math.prod(r.down_fraction ** (k - (r is rev)) for k, r in spot)
-        q += w * others
-    return min(q / sum(weights), 1.0)
+    lost = 0.0
+    for n, rev in spot:
+        rest = math.prod(r.down_fraction ** k for k, r in spot if r is not rev)
+        lam, w = rev.long_run_rate, rev.outage_share
+        lost += (w * lam + (1.0 - w) * n * lam * rev.down_fraction ** (n - 1)) * rest
+    return min(lost / total, 1.0)
+
+
+def state_loss_floor(spot, nodes) -> np.ndarray:
+    """A lower bound of :func:`state_loss` over clusters of ``nodes`` spot nodes drawn from the
+    markets ``spot`` (Revocations), in any mix: ``u^(n-1) (1 - w (1 - 1/n))`` at the least u and
+    the largest w (the planner's pruning bound)."""
+    n = np.asarray(nodes, float)
+    u = min(r.down_fraction for r in spot)
+    w = max(r.outage_share for r in spot)
+    return u ** (n - 1.0) * (1.0 - w * (1.0 - 1.0 / n))
 
 
 RENEWAL_FINE_S = 6 * 3600.0

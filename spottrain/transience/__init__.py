@@ -26,8 +26,10 @@ __all__ = [
 
 from spottrain.transience.availability import (  # noqa: E402
     Availability,
+    GroupOutage,
     ReplacementDelay,
     availability,
+    group_outage,
     replacement_delay,
     startup_times_s,
 )
@@ -45,7 +47,7 @@ from spottrain.transience.renewal import (  # noqa: E402
 )
 
 __all__ += [
-    "Availability", "ReplacementDelay", "availability", "cluster_survival", "daly_interval_s",
+    "Availability", "GroupOutage", "ReplacementDelay", "availability", "group_outage", "cluster_survival", "daly_interval_s",
     "expected_overhead", "expected_revocations", "optimal_checkpoint_interval_s",
     "renewal_function", "replacement_delay", "startup_times_s", "transience_cost",
     "young_daly_interval_s",
