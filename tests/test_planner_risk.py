@@ -188,6 +188,10 @@ def test_outages_that_take_the_whole_group_lose_the_model_once_each():
     # two markets: an outage of one loses the model only while the other's nodes are all down
     mix = risk.state_loss([(2, together), (3, apart)], 5)
     assert mix < risk.state_loss([(5, together)], 5)
+    # two zones of one GPU share a law, not their outages
+    assert risk.state_loss([(2, together), (3, together)], 5) == pytest.approx(
+        (together.long_run_rate * together.down_fraction ** 3 + together.long_run_rate * together.down_fraction ** 2)
+        / (5 * together.long_run_rate))
     for parts in ([(2, together), (3, apart)], [(4, together), (1, apart)], [(5, apart)], [(1, half), (4, apart)]):
         n = sum(k for k, _ in parts)
         assert risk.state_loss_floor([together, apart, half], n) <= risk.state_loss(parts, n) + 1e-15

@@ -9,25 +9,27 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   log-sd ``sigma_W``, independent of the throughput's, adds in quadrature,
   ``sigma = sqrt(sigma_X^2 + sigma_W^2)``.
 - Checkpoints. Cost ``c`` seconds per checkpoint (size / write bandwidth), interval ``tau`` (see
-  below) for the cluster revocation rate ``Lambda`` = sum over spot nodes of ``M(T) / T``: the renewal function of the node's fitted lifetime law
-  over the run ``T`` (a fresh node at the start, each replacement fresh after the replacement
-  delay; :meth:`Revocation.rate_over`), which is 1 / mean lifetime only for a memoryless law.
-  ``T`` is the run the model predicts (:func:`settle`). Overhead factor ``1 + c / tau``.
+  below) for the cluster revocation rate ``Lambda`` = sum over spot nodes of ``M(T) / T``: the
+  renewal function of the node's fitted lifetime law over the run ``T`` (a fresh node at the
+  start, each replacement fresh after the replacement delay; :meth:`Revocation.rate_over`),
+  which is 1 / mean lifetime only for a memoryless law. ``T`` is the run the model predicts
+  (:func:`settle`). Overhead factor ``1 + c / tau``.
 - Revocations (CM-DARE, spotDNN: a sync job stalls for every lost node). Revocations arrive at
   rate ``Lambda``; each costs a restore (``c``) and a stall ``R`` given by the caller: re-forming
   the group (spotDNN measured a 29.6 s dip) plus the replacement delay (transience models) times
   the lost node's share of the cluster throughput, since the survivors keep training until the
   replacement joins. The survivors also keep the model (spottrain's runtime holds it in their
   memory), so a revocation loses work only when it leaves no node: with probability ``q``
-  (:func:`state_loss`: 1 for a lone node, 0 beside an on-demand node, else the chance that every
-  other node's slot stands empty, awaiting its replacement). Such a loss costs the work since the
-  last checkpoint (uniform on ``[0, tau]``), but no more than ``notice - c``: the policy
-  checkpoints on the preemption notice, and only the work after that checkpoint is lost. The
-  interval ``tau`` is the Young/Daly optimum for those losses, ``sqrt(2 c / (q Lambda))``, held at
-  :data:`CHECKPOINT_MAX_S` at most; it ignores the notice's bound, a hedge against a loss that
-  comes without one. With ``rho = Lambda * E[L]``, a renewal-reward argument gives the expected
-  wall time ``T = A T0`` with ``A = (1 + c / tau) / (1 - rho)``; ``rho >= 1`` means it never
-  finishes.
+  (:func:`state_loss`: 1 for a lone node, 0 beside an on-demand node, else the share of outages
+  that take a market's whole group at once, measured on traces, plus the chance that a single
+  revocation finds every other node's slot empty, awaiting its replacement). Such a loss costs
+  the work since the last checkpoint (uniform on ``[0, tau]``), but no more than ``notice - c``:
+  the policy checkpoints on the preemption notice, and only the work after that checkpoint is
+  lost. The interval ``tau`` is the Young/Daly optimum for those losses, ``sqrt(2 c / (q
+  Lambda))``, held at :data:`CHECKPOINT_MAX_S` at most; it ignores the notice's bound, a hedge
+  against a loss that comes without one. With ``rho = Lambda * E[L]``, a renewal-reward argument
+  gives the expected wall time ``T = A T0`` with ``A = (1 + c / tau) / (1 - rho)``; ``rho >= 1``
+  means it never finishes.
 - Variability. Given ``T0``, the revocation part is compound Poisson with variance
   ``k T0``, ``k = A Lambda E[L^2] / (1 - rho)^2`` (normal limit). Unconditionally
   ``E[T] = A E[T0]`` and ``Var[T] = A^2 Var[T0] + k E[T0]`` (law of total variance, lognormal
@@ -192,8 +194,9 @@ def state_loss(spot, total_nodes: int) -> float:
     if total <= 0:
         return 0.0
     lost = 0.0
-    for n, rev in spot:
-        rest = math.prod(r.down_fraction ** k for k, r in spot if r is not rev)
+    for i, (n, rev) in enumerate(spot):
+        # parts, not laws: two zones of one GPU share a Revocation but not their outages
+        rest = math.prod(r.down_fraction ** k for j, (k, r) in enumerate(spot) if j != i)
         lam, w = rev.long_run_rate, rev.outage_share
         lost += (w * lam + (1.0 - w) * n * lam * rev.down_fraction ** (n - 1)) * rest
     return min(lost / total, 1.0)
