@@ -17,6 +17,10 @@ and is applied by whoever starts the job.
 - ``replan-on-price``: re-plan when prices move: on a price change, move the whole cluster to
   the option with the least cost per sample if it is at least 20% cheaper; replace revoked
   nodes with the cheapest option per sample.
+
+``checkpoint-restart``, ``skypilot-managed`` and ``deepvm-anchor`` restart from a checkpoint after
+every loss, as the systems they stand for do (``restarts_from_checkpoint``); the others run on
+spottrain's runtime, whose survivors keep the model.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ def checkpoint_restart(state: JobState) -> Decision:
     return Decision()
 
 
-# A checkpoint-restart runtime: every lost node rolls the job back to its last checkpoint, where
-# spottrain's runtime keeps training on the survivors' state (the simulator's ``keep_state``).
+# The systems these policies stand for restart from a checkpoint after a loss (the simulator's
+# ``keep_state`` is off for them), where spottrain's runtime keeps training on the survivors' state:
+# plain checkpoint-restart, SkyPilot's managed jobs (the whole cluster is re-provisioned) and DeepVM
+# (it restores from the checkpoints on its on-demand anchor, which is why it keeps them cheap).
 checkpoint_restart.restarts_from_checkpoint = True  # type: ignore[attr-defined]
 
 
@@ -52,6 +58,9 @@ def skypilot_managed(state: JobState) -> Decision:
     )
 
 
+skypilot_managed.restarts_from_checkpoint = True  # type: ignore[attr-defined]
+
+
 def on_demand_only(state: JobState) -> Decision:
     """The cluster is on-demand (the ``on-demand`` plan transform): nothing to decide."""
     return Decision()
@@ -60,6 +69,9 @@ def on_demand_only(state: JobState) -> Decision:
 def deepvm_anchor(state: JobState) -> Decision:
     """Replace revoked spot workers with the same type; the on-demand anchor is never released."""
     return replace_same(state)
+
+
+deepvm_anchor.restarts_from_checkpoint = True  # type: ignore[attr-defined]
 
 
 def replan_on_price(state: JobState) -> Decision:

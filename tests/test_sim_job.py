@@ -71,6 +71,19 @@ def test_survivors_keep_the_model_only_an_empty_cluster_rolls_back(tmp_path):
     assert emptied.revocations == 4 and emptied.lost_work_s == pytest.approx(110.0)
 
 
+@pytest.mark.parametrize("policy,keeps", [("replace-same", True), ("deadline-margin", True),
+                                           ("checkpoint-restart", False), ("skypilot-managed", False),
+                                           ("deepvm-anchor", False)])
+def test_literature_systems_restart_from_their_checkpoint(tmp_path, policy, keeps):
+    """Policies that stand for checkpoint-restart systems (torchrun, SkyPilot's managed jobs, DeepVM)
+    roll back at every loss; the others run on spottrain's runtime, whose survivors keep the model."""
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
+    setup = _setup(tmp_path, plan, _one_loss_rows(), policy)
+    assert setup.keep_state is keeps
+    if policy == "deepvm-anchor":  # one lost worker of four: back to DeepVM's last checkpoint
+        assert run_setup(setup, 1).lost_work_s > 0.0
+
+
 def test_replacement_joins_when_capacity_returns(tmp_path):
     plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
     same = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same"), 1)

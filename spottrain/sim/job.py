@@ -15,9 +15,10 @@ current membership. What happens around it:
   the group). The survivors hold the model, as spottrain's runtime keeps it in their memory, so
   nothing rolls back while one node is left; losing the last one rolls progress back to the last
   durable checkpoint (lost work). A checkpoint-restart runtime (torchrun restarting every
-  worker; the ``checkpoint-restart`` policy, whose ``restarts_from_checkpoint`` says so; or
-  ``SimParams(keep_state=False)`` for every policy) rolls back at every lost node. The chief of async PS training rolls back as before. A planned membership change (a
-  join, a release) first checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
+  worker; the policies that stand for such systems, whose ``restarts_from_checkpoint`` says so;
+  or ``SimParams(keep_state=False)`` for every policy) rolls back at every lost node. The chief
+  of async PS training rolls back as before. A planned membership change (a join, a release)
+  first checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
   **Asynchronous PS training**: losing a non-chief worker only lowers throughput; a joining
   worker starts pulling parameters at once.
 - **Checkpoints** every ``checkpoint_interval_s`` seconds of training (the plan's interval)
