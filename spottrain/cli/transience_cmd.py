@@ -90,6 +90,10 @@ def _summary(cloud: str, gpu: str, zone: str | None, nodes: int, duration_s: flo
     runs = _cost_runs(nodes, expected_revocations(m, nodes, duration_s, replacement_delay_s=restart))
     cost = transience_cost(duration_s, nodes, m, checkpoint_cost_s, restart, opt, runs=runs, seed=0)
     cost["runs"] = runs
+    from spottrain.planner.risk import revocation, state_loss
+
+    # spottrain's runtime keeps the model on the survivors: the share of revocations that lose it
+    cost["model_lost_share"] = state_loss([(nodes, revocation(cloud, m.gpu))], nodes)
     out = {
         "cloud": m.cloud, "gpu": m.gpu, "zone": zone, "pooled_from": m.pooled_from,
         "sources": list(m.sources), "nodes_observed": m.n_nodes, "revocations_observed": m.n_revocations,
@@ -254,13 +258,15 @@ def _render(out: dict) -> None:
                   f"over {ps['zones']} zones (median ${ps['median_usd_per_hour']:.3f}, cheapest {ps['cheapest_zone']})"))
     lines += [
         (f"job: {n} node(s) x {format_duration(job['duration_s'])}",
-         f"{job['expected_revocations']:.2f} expected revocations"),
+         f"{job['expected_revocations']:.2f} expected revocations (over the run a checkpoint-restart job takes)"),
         (f"checkpoint interval (C={format_duration(job['checkpoint_cost_s'])})",
          f"optimal {format_duration(job['optimal_interval_s'])} under the fitted law; "
          f"Young/Daly sqrt(2CM) {format_duration(job['young_daly_interval_s'])}"),
         ("expected slowdown", f"{job['expected_slowdown']:.3f}x (p5 {job['quantiles']['p5']:.3f}, "
          f"p95 {job['quantiles']['p95']:.3f}); lost work {format_duration(job['expected_lost_work_s'])}, "
-         f"restarts {format_duration(job['expected_restart_s'])}"),
+         f"restarts {format_duration(job['expected_restart_s'])} (a checkpoint-restart job)"),
+        ("revocations that lose the model", f"{job['model_lost_share']:.1%} with spottrain's runtime, whose "
+         f"survivors keep it (`spottrain plan` counts lost work only for these)"),
     ]
     if out["availability"]["pooled_from"]:
         lines.append(("availability pooled", out["availability"]["pooled_from"]))
