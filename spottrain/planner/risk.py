@@ -313,6 +313,9 @@ class Assessment:
     finishes: np.ndarray
     log_mu: np.ndarray
     log_sigma: np.ndarray
+    lost_work_s: np.ndarray | None = None
+    """Expected training lost to revocations that leave no node holding the model (s of the run's
+    training, redone): revocations x :func:`state_loss` x the work one such loss costs."""
 
 
 def assess(
@@ -396,6 +399,7 @@ def assess(
         time_q_s=np.where(finishes, time_q, inf),
         p_deadline=p,
         revocations=np.where(finishes, rate * (mean - launch_s), inf),
+        lost_work_s=np.where(finishes, rate * (mean - launch_s) * q * e1, inf),
         finishes=finishes,
         log_mu=log_mu,
         log_sigma=log_sigma,

@@ -58,10 +58,11 @@ INF = math.inf
 
 
 class _Node:
-    __slots__ = ("id", "type", "slot", "acq", "revoke_at", "booted", "joined", "gone", "batch", "view")
+    __slots__ = ("id", "type", "slot", "acq", "revoke_at", "booted", "joined", "gone", "batch", "view", "first")
 
-    def __init__(self, nid: str, ntype: NodeType, batch: "_Batch") -> None:
+    def __init__(self, nid: str, ntype: NodeType, batch: "_Batch", first: bool = False) -> None:
         self.id, self.type, self.batch = nid, ntype, batch
+        self.first = first  # one of the plan's own nodes, requested at the start (not a replacement)
         self.slot = -1
         self.acq = INF
         self.revoke_at = INF
@@ -228,7 +229,7 @@ class JobRun:
     def _request(self, types: list[NodeType], *, initial: bool = False) -> None:
         batch = _Batch(initial)
         for t in types:
-            node = _Node(f"n{self._next_id}", t, batch)
+            node = _Node(f"n{self._next_id}", t, batch, first=initial)
             self._next_id += 1
             batch.nodes.append(node)
             self.pending[node.id] = node
@@ -242,6 +243,13 @@ class JobRun:
             node.slot = heapq.heappop(slots) if slots else self.s.spot_nodes
             node.acq = rev.acquire_time(now, node.slot)
             delay = self.run_markets.delay_s(t)
+            if rev.kind != "trace" and self.s.params.startup_s is None:
+                # A sampled replacement delay is a wait for capacity (no node yet: nothing billed,
+                # nothing to revoke) and then a start-up. The plan's own nodes start at once.
+                boot = min(vm_startup_s(t.cloud), delay)
+                if not node.first:
+                    node.acq += delay - boot
+                delay = boot
         else:
             node.acq = now
             delay = vm_startup_s(t.cloud)

@@ -280,10 +280,17 @@ class _Batch:
             out[sel] = np.where(ok, np.maximum(tt, tr.times[np.minimum(k, tr.n - 1)] - off), INF)
         return out
 
-    def _delays(self, n: int) -> np.ndarray:
+    def _delays(self, n: int, initial: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(wait for capacity, start-up) of ``n`` requested nodes. A sampled replacement delay is a
+        wait (no node yet: nothing billed, nothing to revoke) and then a start-up; the plan's own
+        nodes (``initial``) only start up, as in :meth:`spottrain.sim.job.JobRun._acquire`."""
         if self.delay_fn is not None:
-            return self._draw("delay", n, lambda k: self.delay_fn(k, self.rng))
-        return np.full(n, self.startup)
+            if initial:
+                return np.zeros(n), np.full(n, self.startup)
+            d = self._draw("delay", n, lambda k: self.delay_fn(k, self.rng))
+            boot = np.minimum(self.startup, d)
+            return d - boot, boot
+        return np.zeros(n), np.full(n, self.startup)
 
     def _draw(self, key: str, n: int, sample: Any) -> np.ndarray:
         """``n`` draws of a law, taken from a pool drawn in bulk (one call to the law per
@@ -321,8 +328,8 @@ class _Batch:
         # the initial request: every planned node, one gang
         if N:
             rr, jj = np.nonzero(np.ones((R, N), dtype=bool))
-            st["delay"][rr, jj] = self._delays(rr.size)
-            acq = self._acquire(rr, jj, np.zeros(rr.size))
+            wait, st["delay"][rr, jj] = self._delays(rr.size, initial=True)
+            acq = self._acquire(rr, jj, np.zeros(rr.size)) + wait
             st["t_grant"][rr, jj] = np.where(acq > horizon, INF, acq)
         st["t_nodes"] = np.full(R, INF)
         if N:
@@ -527,8 +534,8 @@ class _Batch:
         st = self.st
         st["ns"][rr, jj] = WAIT
         st["gang"][rr, jj] = gang
-        st["delay"][rr, jj] = self._delays(rr.size)
-        acq = self._acquire(rr, jj, st["now"][rr])
+        wait, st["delay"][rr, jj] = self._delays(rr.size)
+        acq = self._acquire(rr, jj, st["now"][rr]) + wait
         st["t_grant"][rr, jj] = np.where(acq > horizon, INF, acq)
         st["t_boot"][rr, jj] = INF
         st["t_not"][rr, jj] = INF
