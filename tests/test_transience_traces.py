@@ -89,6 +89,24 @@ def test_group_losses_count_the_drops_that_empty_a_group():
     assert group_losses(tr) == (4, 2)
 
 
+def test_group_losses_of_a_node_trace_count_revocations_only():
+    from spottrain.transience.availability import group_losses
+    from spottrain.transience.events import Trace, TraceEvent
+
+    def trace(rows):
+        ev = tuple(TraceEvent(time_s=t, source=n, event=k) for t, n, k in rows)
+        return Trace(name="synthetic", cloud="aws", gpu="V100", instance_type=None, zone="z",
+                     kind="nodes", events=ev, duration_s=100.0, provenance="synthetic")
+
+    start = [(0, "a", "start"), (0, "b", "start"), (0, "c", "start")]
+    # two of three revoked at one instant (one drop, a survivor); the rest end their job, which
+    # is no revocation, though it leaves no node
+    assert group_losses(trace(start + [(10, "a", "revoke"), (10, "b", "revoke"), (20, "d", "start"),
+                                       (30, "c", "end"), (30, "d", "end")])) == (2, 0)
+    # all three revoked at one instant: the drop empties the group
+    assert group_losses(trace(start + [(10, "a", "revoke"), (10, "b", "revoke"), (10, "c", "revoke")])) == (3, 3)
+
+
 def test_group_outages_differ_by_market_on_the_shipped_traces():
     from spottrain.transience import group_outage
 

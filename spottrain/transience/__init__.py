@@ -47,7 +47,8 @@ from spottrain.transience.renewal import (  # noqa: E402
 )
 
 __all__ += [
-    "Availability", "GroupOutage", "ReplacementDelay", "availability", "group_outage", "cluster_survival", "daly_interval_s",
+    "Availability", "GroupOutage", "ReplacementDelay", "availability", "group_outage", "cluster_survival",
+    "daly_interval_s",
     "expected_overhead", "expected_revocations", "optimal_checkpoint_interval_s",
     "renewal_function", "replacement_delay", "startup_times_s", "transience_cost",
     "young_daly_interval_s",

@@ -174,14 +174,30 @@ def _live_counts(trace: Trace) -> list[tuple[float, int]]:
 def group_losses(trace: Trace) -> tuple[int, int]:
     """(node revocations in drops of a live count of two or more, of which in drops to zero).
 
-    A drop from one node says nothing about whether nodes fall together, so it is left out."""
+    A drop from one node says nothing about whether nodes fall together, so it is left out. In a
+    trace of nodes, only revocations count (a node that ended its job was not revoked), and the
+    revocations of one instant are one drop."""
+    if trace.kind == "nodes":
+        pairs: list[tuple[int, int]] = []  # (live before, live after) of each instant's revocations
+        live, drop_at = 0, None
+        for e in trace.events:
+            if e.event == "revoke":
+                if drop_at == e.time_s:  # one more in the same drop
+                    pairs[-1] = (pairs[-1][0], pairs[-1][1] - 1)
+                else:
+                    pairs.append((live, live - 1))
+                drop_at = e.time_s
+            else:
+                drop_at = None
+            live += 1 if e.event == "start" else -1 if e.event in ("revoke", "end") else 0
+    else:
+        steps = _live_counts(trace)
+        pairs = [(a, b) for (_, a), (_, b) in zip(steps, steps[1:]) if b < a]
     revoked = emptied = 0
-    prev = None
-    for _, n in _live_counts(trace):
-        if prev is not None and prev >= 2 and n < prev:
-            revoked += prev - n
-            emptied += prev if n <= 0 else 0
-        prev = n
+    for before, after in pairs:
+        if before >= 2:
+            revoked += before - after
+            emptied += before if after <= 0 else 0
     return revoked, emptied
 
 
