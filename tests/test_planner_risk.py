@@ -170,8 +170,10 @@ def test_survivors_lengthen_the_interval_and_shorten_the_run():
     alone, kept, never = (risk.assess(*args, state_loss=q) for q in (1.0, 0.1, 0.0))
     assert alone.interval_s[0] < kept.interval_s[0] <= never.interval_s[0] == risk.CHECKPOINT_MAX_S
     assert alone.time_mean_s[0] > kept.time_mean_s[0] > never.time_mean_s[0]
-    # a notice longer than the interval bounds nothing
+    # a notice longer than the interval bounds nothing, nor one too short for the checkpoint (20 s)
     assert risk.assess(*args, notice_s=1e5).time_mean_s[0] == pytest.approx(alone.time_mean_s[0])
+    assert risk.assess(*args, notice_s=15.0).time_mean_s[0] == pytest.approx(alone.time_mean_s[0])
+    assert risk.assess(*args, notice_s=60.0).time_mean_s[0] < alone.time_mean_s[0]
 
 
 def test_outages_that_take_the_whole_group_lose_the_model_once_each():

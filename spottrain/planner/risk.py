@@ -23,9 +23,9 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   (:func:`state_loss`: 1 for a lone node, 0 beside an on-demand node, else the share of outages
   that take a market's whole group at once, measured on traces, plus the chance that a single
   revocation finds every other node's slot empty, awaiting its replacement). Such a loss costs
-  the work since the last checkpoint (uniform on ``[0, tau]``), but no more than ``notice - c``:
-  the policy checkpoints on the preemption notice, and only the work after that checkpoint is
-  lost. The interval ``tau`` is the Young/Daly optimum for those losses, ``sqrt(2 c / (q
+  the work since the last checkpoint (uniform on ``[0, tau]``), but no more than ``notice - c``
+  when the checkpoint fits in the notice: the policy checkpoints on the preemption notice, and
+  only the work after that checkpoint is lost. The interval ``tau`` is the Young/Daly optimum for those losses, ``sqrt(2 c / (q
   Lambda))``, held at :data:`CHECKPOINT_MAX_S` at most; it ignores the notice's bound, a hedge
   against a loss that comes without one. With ``rho = Lambda * E[L]``, a renewal-reward argument
   gives the expected wall time ``T = A T0`` with ``A = (1 + c / tau) / (1 - rho)``; ``rho >= 1``
@@ -356,7 +356,9 @@ def assess(
         overhead = np.where(rate > 0, 1.0 + ckpt_s / np.where(tau > 0, tau, 1.0), 1.0)
         r = stall_mean_s + ckpt_s
         # Work lost when the model is: min(age of the last checkpoint, the notice's bound).
-        bound = np.maximum(np.asarray(notice_s, float) - ckpt_s, 0.0)
+        # (a checkpoint that cannot finish within the notice bounds nothing)
+        notice = np.asarray(notice_s, float)
+        bound = np.where(notice > ckpt_s, notice - ckpt_s, np.inf)
         cut = bound < tau
         t_div = np.where(tau > 0, tau, 1.0)
         e1 = np.where(cut, bound - bound**2 / (2.0 * t_div), tau / 2.0)
