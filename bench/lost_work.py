@@ -37,7 +37,7 @@ from _machine import machine  # noqa: E402
 from _pages import write_page  # noqa: E402
 from sim_plans import make_plan  # noqa: E402
 from spottrain.planner import risk  # noqa: E402
-from spottrain.planner.columns import assess_cluster, cluster_revocations  # noqa: E402
+from spottrain.planner.columns import assess_cluster  # noqa: E402
 from spottrain.sim.montecarlo import simulate  # noqa: E402
 from spottrain.sim.setup import SimParams  # noqa: E402
 from spottrain.transience import group_outage  # noqa: E402
@@ -59,18 +59,8 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, keep
     rev = risk.revocation(cloud, gpu)
     p = plan.prediction
     q = risk.state_loss([(nodes, rev)], nodes) if keep else 1.0
-
-    if keep:  # the planner's own path for one cluster
-        a = assess_cluster([(nodes, rev)], nodes, plan.workload.samples_total, p.throughput_samples_per_s,
-                           p.throughput_low, p.throughput_high, CHECKPOINT_S)
-    else:  # the same, every revocation a loss of the model
-        def at(run):
-            rate, smean, sd = cluster_revocations([(nodes * float(rev.rate_over(run)[0]), rev)], nodes)
-            return risk.assess(plan.workload.samples_total, np.array([p.throughput_samples_per_s]),
-                               np.array([p.throughput_low]), np.array([p.throughput_high]), np.array([rate]),
-                               np.array([smean]), np.array([sd]), CHECKPOINT_S, state_loss=1.0,
-                               notice_s=rev.notice_s)
-        a = risk.settle(at, plan.workload.samples_total, np.array([p.throughput_samples_per_s]))
+    a = assess_cluster([(nodes, rev)], nodes, plan.workload.samples_total, p.throughput_samples_per_s,
+                       p.throughput_low, p.throughput_high, CHECKPOINT_S, state_loss=q)
     plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))
     params = SimParams(checkpoint_cost_s=CHECKPOINT_S, keep_state=keep)
     res = simulate(plan, model=True, policies=["replace-same"], runs=runs, seed=0, params=params)

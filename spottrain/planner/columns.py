@@ -101,12 +101,13 @@ def cluster_revocations(parts: Sequence[tuple[float, Any]], total_nodes: int) ->
 
 
 def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr: float, low: float, high: float,
-                   ckpt_s: float, **kwargs) -> Any:
+                   ckpt_s: float, *, state_loss: float | None = None, **kwargs) -> Any:
     """:func:`risk.assess` of one cluster of ``total_nodes`` nodes whose spot parts are ``spot``
     (``(nodes, risk.Revocation)``), each part revoked at its rate over the run the model predicts
-    (:func:`risk.settle`), the model lost only with every node (:func:`risk.state_loss`);
-    ``kwargs``: ``assess``'s deadline, confidence and work spread."""
-    q = risk.state_loss(spot, total_nodes)
+    (:func:`risk.settle`), the model lost only with every node (:func:`risk.state_loss`; or with
+    the ``state_loss`` given: 1 for a checkpoint-restart runtime); ``kwargs``: ``assess``'s
+    deadline, confidence and work spread."""
+    q = risk.state_loss(spot, total_nodes) if state_loss is None else state_loss
     notice = min((rev.notice_s for _, rev in spot), default=math.inf)
 
     def at(run):
@@ -225,8 +226,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             revs.append(rev)
             smean.append(REGROUP_S + rev.restart_mean_s / n)
             ssd.append(rev.restart_sd_s / n)
-            # risk.state_loss of n nodes of one market
-            lose.append(rev.outage_share / n + (1.0 - rev.outage_share) * rev.down_fraction ** (n - 1.0))
+            lose.append(rev.model_loss(n))  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))
         else:
             revs.append(None)

@@ -128,6 +128,14 @@ class Revocation:
         delay / (mean lifetime + delay)."""
         return self.restart_mean_s * self.long_run_rate
 
+    def model_loss(self, nodes) -> np.ndarray:
+        """Share of the revocations of ``nodes`` nodes of this market alone that leave no node
+        holding the model: ``w / n + (1 - w) u^(n-1)`` (an outage revokes all n and loses the model
+        once; a single revocation loses it while every other slot stands empty)."""
+        n = np.asarray(nodes, float)
+        w = self.outage_share
+        return w / n + (1.0 - w) * self.down_fraction ** (n - 1.0)
+
     def rate_floor(self, horizon_s) -> np.ndarray:
         """The least of :meth:`rate_over` over runs of ``horizon_s`` seconds or longer: no run that
         long is revoked at a lower rate (the planner's pruning bound)."""
@@ -184,8 +192,7 @@ def state_loss(spot, total_nodes: int) -> float:
     that take the whole part at once, the rest one node at a time), and the model is lost when,
     besides what the revocation takes, every other node's slot stands empty awaiting its
     replacement (:attr:`Revocation.down_fraction` u; slots of other parts and independent slots
-    taken as independent). For n nodes of one market: ``w / n + (1 - w) u^(n-1)`` per revocation
-    (an outage revokes n nodes and loses the model once).
+    taken as independent). For n nodes of one market: :meth:`Revocation.model_loss`.
     """
     nodes = sum(n for n, _ in spot)
     if not spot or nodes < total_nodes:
@@ -197,8 +204,7 @@ def state_loss(spot, total_nodes: int) -> float:
     for i, (n, rev) in enumerate(spot):
         # parts, not laws: two zones of one GPU share a Revocation but not their outages
         rest = math.prod(r.down_fraction ** k for j, (k, r) in enumerate(spot) if j != i)
-        lam, w = rev.long_run_rate, rev.outage_share
-        lost += (w * lam + (1.0 - w) * n * lam * rev.down_fraction ** (n - 1)) * rest
+        lost += n * rev.long_run_rate * float(rev.model_loss(n)) * rest
     return min(lost / total, 1.0)
 
 
@@ -313,7 +319,7 @@ class Assessment:
     finishes: np.ndarray
     log_mu: np.ndarray
     log_sigma: np.ndarray
-    lost_work_s: np.ndarray | None = None
+    lost_work_s: np.ndarray
     """Expected training lost to revocations that leave no node holding the model (s of the run's
     training, redone): revocations x :func:`state_loss` x the work one such loss costs."""
 
@@ -380,6 +386,7 @@ def assess(
         log_sigma = np.sqrt(np.log1p(var / mean**2))
         log_mu = np.log(mean) - log_sigma**2 / 2.0
     zq = NormalDist().inv_cdf(confidence)
+    revocations = rate * mean  # over the run after launch
     mean = mean + launch_s
     time_q = np.exp(log_mu + zq * log_sigma) + launch_s
     time_p95 = np.exp(log_mu + Z95 * log_sigma) + launch_s
@@ -400,8 +407,8 @@ def assess(
         time_p95_s=np.where(finishes, time_p95, inf),
         time_q_s=np.where(finishes, time_q, inf),
         p_deadline=p,
-        revocations=np.where(finishes, rate * (mean - launch_s), inf),
-        lost_work_s=np.where(finishes, rate * (mean - launch_s) * q * e1, inf),
+        revocations=np.where(finishes, revocations, inf),
+        lost_work_s=np.where(finishes, revocations * q * e1, inf),
         finishes=finishes,
         log_mu=log_mu,
         log_sigma=log_sigma,

@@ -53,6 +53,7 @@ from spottrain.sim import markets
 from spottrain.sim.core import Environment, Interrupt
 from spottrain.sim.markets import NodeType, frozen_without_init, membership_key
 from spottrain.sim.setup import RunResult, SimSetup
+from spottrain.sim.sources import replacement_wait
 
 INF = math.inf
 
@@ -246,10 +247,10 @@ class JobRun:
             if rev.kind != "trace" and self.s.params.startup_s is None:
                 # A sampled replacement delay is a wait for capacity (no node yet: nothing billed,
                 # nothing to revoke) and then a start-up. The plan's own nodes start at once.
-                boot = min(vm_startup_s(t.cloud), delay)
+                wait, delay = replacement_wait(delay, vm_startup_s(t.cloud))
                 if not node.first:
-                    node.acq += delay - boot
-                delay = boot
+                    node.acq += float(wait)
+                delay = float(delay)
         else:
             node.acq = now
             delay = vm_startup_s(t.cloud)

@@ -364,6 +364,14 @@ def lifetime_sampler(cloud: str, gpu: str) -> tuple[Callable[[int, Any], Any], s
     return (lambda n, rng: np.asarray(model.sample(n, rng), dtype=float)), desc
 
 
+def replacement_wait(delay_s, startup_s):
+    """(wait for capacity, start-up) of a sampled replacement delay: the wait comes first (no node
+    yet: nothing billed, nothing to revoke), then the start-up, at most ``startup_s`` of the delay.
+    Both engines split it so (:mod:`spottrain.sim.job`, :mod:`spottrain.sim.vector`)."""
+    boot = np.minimum(startup_s, delay_s)
+    return delay_s - boot, boot
+
+
 def replacement_sampler(cloud: str, gpu: str, spot: bool) -> tuple[Callable[[int, Any], Any], str]:
     """``(sample(n, rng) -> delays in s, description)``: time from request to a booted node."""
     if spot:

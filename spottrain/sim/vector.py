@@ -49,7 +49,8 @@ from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, PREEMPTION_NOTICE_S, vm_star
 from spottrain.policies import _margin_s
 from spottrain.sim.markets import membership_key
 from spottrain.sim.setup import RunResult, SimSetup
-from spottrain.sim.sources import CapacityTrace, LifetimeSource, NoRevocations, TracePool, replacement_sampler
+from spottrain.sim.sources import (CapacityTrace, LifetimeSource, NoRevocations, TracePool, replacement_sampler,
+                                   replacement_wait)
 
 INF = math.inf
 
@@ -287,9 +288,7 @@ class _Batch:
         if self.delay_fn is not None:
             if initial:
                 return np.zeros(n), np.full(n, self.startup)
-            d = self._draw("delay", n, lambda k: self.delay_fn(k, self.rng))
-            boot = np.minimum(self.startup, d)
-            return d - boot, boot
+            return replacement_wait(self._draw("delay", n, lambda k: self.delay_fn(k, self.rng)), self.startup)
         return np.zeros(n), np.full(n, self.startup)
 
     def _draw(self, key: str, n: int, sample: Any) -> np.ndarray:
