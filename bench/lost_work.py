@@ -69,7 +69,8 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, keep
     sim_mean, sim_se = float(lost.mean()), float(lost.std(ddof=1) / np.sqrt(len(lost)))
     return {"q": q, "interval_s": float(a.interval_s[0]), "analytical_h": float(a.lost_work_s[0]) / 3600.0,
             "simulated_h": sim_mean / 3600.0, "se_h": sim_se / 3600.0,
-            "revocations": float(a.revocations[0]), "sim_revocations": float(s.revocations.mean)}
+            "revocations": float(a.revocations[0]), "sim_revocations": float(s.revocations.mean),
+            "time_h": float(a.time_mean_s[0]) / 3600.0, "sim_time_h": float(s.makespan_h.mean)}
 
 
 def main() -> None:
@@ -79,9 +80,11 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.time()
     rows = ["| market | nodes | outage share (planner) | runtime | P(revocation loses the model) | interval | "
-            "revocations: planner / simulated | lost work, planner (h) | lost work, simulated (h) | planner / simulated |",
-            "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "revocations: planner / simulated | lost work, planner (h) | lost work, simulated (h) | planner / simulated | "
+            "run time (h): planner / simulated |",
+            "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     ratios = {True: [], False: []}
+    times = {True: [], False: []}
     for cloud, gpu, itype, zone in MARKETS:
         w = group_outage(cloud, gpu).share
         for n in NODES:
@@ -90,10 +93,12 @@ def main() -> None:
                 ratio = r["analytical_h"] / r["simulated_h"] if r["simulated_h"] > 0 else float("nan")
                 if w == 0 and r["simulated_h"] > 0:
                     ratios[keep].append(ratio)
+                times[keep].append(r["time_h"] / r["sim_time_h"])
                 rows.append(
                     f"| {cloud} {gpu} | {n} | {w:.2f} | {'survivors keep the model' if keep else 'checkpoint-restart'} | "
                     f"{r['q']:.3g} | {r['interval_s']:.0f} s | {r['revocations']:.1f} / {r['sim_revocations']:.1f} | "
-                    f"{r['analytical_h']:.3f} | {r['simulated_h']:.3f} +- {r['se_h']:.3f} | {ratio:.2f} |")
+                    f"{r['analytical_h']:.3f} | {r['simulated_h']:.3f} +- {r['se_h']:.3f} | {ratio:.2f} | "
+                    f"{r['time_h']:.2f} / {r['sim_time_h']:.2f} |")
                 print(rows[-1], flush=True)
 
     def spread(xs):
@@ -109,7 +114,9 @@ def main() -> None:
         "cloud's fitted delay; mean over the runs +- its standard error.", "",
         *rows, "",
         f"On the markets without measured group outages (share 0), planner / simulated lost work: survivors keep "
-        f"the model {spread(ratios[True])}; checkpoint-restart {spread(ratios[False])}.", "",
+        f"the model {spread(ratios[True])}; checkpoint-restart {spread(ratios[False])}. Run time, planner / "
+        f"simulated, every market: survivors keep the model {spread(times[True])}; checkpoint-restart "
+        f"{spread(times[False])} (the planner's time counts {risk.JOB_SETUP_S:g} s of job set-up the simulator does not).", "",
     ]
     print("\n".join(lines[-2:]))
     if args.write:

@@ -19,6 +19,14 @@ reads them, a test recomputes this value). The only start-up times shipped, so e
 uses them: the planner's launch time and the simulator's boot of a node when no fitted
 replacement delay is asked for."""
 
+REGROUP_S = 30.0
+"""Seconds a synchronous group stalls to re-form when a member leaves or joins while the others
+hold the model (spotDNN's measured throughput dip at a revocation, 29.6 s: detecting the loss and
+re-forming the group). spottrain's runtime re-forms at every membership change, a revoked node's
+and its replacement's, and a joiner takes the model from a peer: no checkpoint is written or read
+(:meth:`spottrain.runtime.api.Trainer._exchange_state`). The planner charges it twice per
+revocation, the simulator once per change."""
+
 
 def vm_startup_s(cloud: str) -> float:
     """VM start-up (s) on ``cloud`` when no fitted replacement delay is asked for: the measured

@@ -197,3 +197,36 @@ def test_outages_that_take_the_whole_group_lose_the_model_once_each():
     for parts in ([(2, together), (3, apart)], [(4, together), (1, apart)], [(5, apart)], [(1, half), (4, apart)]):
         n = sum(k for k, _ in parts)
         assert risk.state_loss_floor([together, apart, half], n) <= risk.state_loss(parts, n) + 1e-15
+
+
+def test_a_restore_is_paid_only_when_no_survivor_holds_the_model():
+    """Every revocation stalls the group; only one that leaves no node (probability q) also restores
+    the checkpoint and loses the work since it. Mean and spread against a simulation."""
+    work, thr, rate, stall, ckpt, q = 2e6, 100.0, 2 / 3600.0, 90.0, 40.0, 0.3
+    a = risk.assess(work, np.array([thr]), np.array([thr]), np.array([thr]), np.array([rate]),
+                    np.array([stall]), np.array([0.0]), ckpt, state_loss=q)
+    tau = a.interval_s[0]
+    rng = np.random.default_rng(1)
+    times = []
+    for _ in range(3000):
+        t, done, since_ckpt, need = 0.0, 0.0, 0.0, work / thr
+        while done < need:
+            to_fail = rng.exponential(1 / rate)
+            seg = min(tau - since_ckpt, need - done)
+            if to_fail >= seg:
+                t, done, since_ckpt = t + seg, done + seg, since_ckpt + seg
+                if since_ckpt >= tau - 1e-9 and done < need:
+                    t, since_ckpt = t + ckpt, 0.0
+                continue
+            t, done, since_ckpt = t + to_fail + stall, done + to_fail, since_ckpt + to_fail
+            if rng.random() < q:  # the model is lost: back to the checkpoint, restored
+                t, done, since_ckpt = t + ckpt, done - since_ckpt, 0.0
+        times.append(t)
+    assert a.time_mean_s[0] - risk.LAUNCH_S == pytest.approx(np.mean(times), rel=0.03)
+    sd = (a.time_p95_s[0] - a.time_mean_s[0]) / 1.645  # nearly normal at this spread
+    assert sd == pytest.approx(np.std(times), rel=0.15)
+    # with every survivor holding the model, the checkpoint's size only sets its overhead
+    kept = [risk.assess(work, np.array([thr]), np.array([thr]), np.array([thr]), np.array([rate]),
+                        np.array([stall]), np.array([0.0]), c, state_loss=0.0) for c in (1.0, 40.0)]
+    assert kept[1].time_mean_s[0] - risk.LAUNCH_S == pytest.approx(
+        (kept[0].time_mean_s[0] - risk.LAUNCH_S) * (1 + 40.0 / risk.CHECKPOINT_MAX_S) / (1 + 1.0 / risk.CHECKPOINT_MAX_S))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim_plans import make_plan, write_trace
-from spottrain.clouds import VM_STARTUP_S
+from spottrain.clouds import REGROUP_S, VM_STARTUP_S
 from spottrain.errors import InputError
 from spottrain.sim import sources
 from spottrain.sim.job import run_setup
@@ -56,7 +56,7 @@ def test_emergency_checkpoint_on_notice_bounds_lost_work(tmp_path):
 def test_survivors_keep_the_model_only_an_empty_cluster_rolls_back(tmp_path):
     plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
     # spottrain's runtime (the default): three of four nodes survive the loss at 2000 s and hold the
-    # model, so nothing rolls back; the group only stalls to re-form (60 s)
+    # model, so nothing rolls back; the group only stalls to re-form (REGROUP_S)
     kept = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same"), 1)
     restart = SimParams(checkpoint_cost_s=10.0, restart_s=60.0, keep_state=False)
     rolled = run_setup(_setup(tmp_path, plan, _one_loss_rows(), "replace-same", params=restart), 1)
@@ -69,6 +69,43 @@ def test_survivors_keep_the_model_only_an_empty_cluster_rolls_back(tmp_path):
     rows = [(0, "z", "available", 4), (2000, "z", "available", 0), (5000, "z", "available", 4)]
     emptied = run_setup(_setup(tmp_path / "all", plan, rows, "replace-same"), 1)
     assert emptied.revocations == 4 and emptied.lost_work_s == pytest.approx(110.0)
+
+
+def test_a_join_re_forms_around_the_model_without_a_checkpoint(tmp_path):
+    """spottrain's runtime: the loss and the replacement's join each stall the group REGROUP_S, and
+    the joiner takes the model from a peer (no checkpoint); a checkpoint-restart runtime restarts
+    (60 s) at the loss and checkpoints, then restarts, at the join."""
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
+    runs = {}
+    for name, params in {"kept": SimParams(checkpoint_cost_s=10.0, restart_s=60.0),
+                         "free": SimParams(checkpoint_cost_s=10.0, restart_s=60.0, regroup_s=0.0),
+                         "restart": SimParams(checkpoint_cost_s=10.0, restart_s=60.0, keep_state=False)}.items():
+        (tmp_path / name).mkdir()
+        runs[name] = run_setup(_setup(tmp_path / name, plan, _one_loss_rows(), "replace-same", params=params), 1)
+    kept, free, restart = runs["kept"], runs["free"], runs["restart"]
+    assert kept.revocations == 1 and kept.replacements == 1 and kept.finished
+    assert kept.checkpoints == free.checkpoints
+    assert kept.stall_s - free.stall_s == pytest.approx(2 * REGROUP_S)
+    # the other runtime: the join's checkpoint, and a longer stall at each change
+    assert restart.checkpoints == kept.checkpoints + 1
+    assert restart.stall_s - kept.stall_s == pytest.approx(2 * (60.0 - REGROUP_S) + 10.0)
+
+
+def test_the_cluster_starts_without_a_node_revoked_while_booting(tmp_path):
+    """One of four nodes is revoked while it boots and capacity returns only at 5000 s: the other
+    three start training when they are up (the runtime is elastic) instead of idling, billed, until
+    the replacement boots; the replacement joins on its own. Both engines agree."""
+    from spottrain.sim.vector import run_vector
+
+    plan = make_plan(nodes=4, hours=2.0, interval_s=1000.0)
+    rows = [(0, "z", "available", 4), (30, "z", "available", 3), (5000, "z", "available", 4)]
+    setup = _setup(tmp_path, plan, rows, "replace-same")
+    r = run_setup(setup, 1)
+    assert r.revocations == 1 and r.replacements == 1 and r.finished
+    assert r.started_s == pytest.approx(VM_STARTUP_S)
+    assert r.lost_work_s == 0.0
+    vec = run_vector(setup, [1])
+    assert vec.makespan_s[0] == pytest.approx(r.makespan_s) and vec.cost_usd[0] == pytest.approx(r.cost_usd)
 
 
 @pytest.mark.parametrize("policy,keeps", [("replace-same", True), ("deadline-margin", True),

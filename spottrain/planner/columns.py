@@ -16,14 +16,21 @@ from typing import Any
 
 import numpy as np
 
+from spottrain.clouds import REGROUP_S
 from spottrain.perf import predict_throughput
 from spottrain.perf.hardware import clouds_name
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate
 from spottrain.types import ClusterGroup, ClusterSpec
 
-REGROUP_S = 30.0
-"""Stall to detect a lost node and re-form the group (spotDNN: 29.6 s throughput dip)."""
+
+
+def revocation_stall_s(delay_s, nodes):
+    """Mean stall (s) of one revocation in a synchronous group of ``nodes`` nodes: the group
+    re-forms without the lost node and again when its replacement joins (:data:`REGROUP_S` each,
+    as the simulator charges), and the survivors, training meanwhile, leave undone the lost node's
+    share of the replacement delay ``delay_s``'s work."""
+    return 2.0 * REGROUP_S + delay_s / nodes
 
 
 _CURVES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]] = {}
@@ -86,14 +93,13 @@ def cluster_revocations(parts: Sequence[tuple[float, Any]], total_nodes: int) ->
     """(revocation rate /s, mean stall s, stall sd s) of a cluster of ``total_nodes`` nodes from its
     spot parts ``(revocation rate of the part, its revocation model from risk.revocation)``.
 
-    A lost node stalls the group :data:`REGROUP_S`, plus its replacement delay times its share of
-    the cluster (the survivors train meanwhile); the stall's moments are the rate-weighted mix of
-    the parts'. No spot part: rate 0, the stall of a re-form only.
+    A lost node stalls the group :func:`revocation_stall_s`; the stall's moments are the
+    rate-weighted mix of the parts'. No spot part: rate 0, the stall of a re-form only.
     """
     rate = smean = s2 = 0.0
     for r, rev in parts:
         rate += r
-        smean += r * (REGROUP_S + rev.restart_mean_s / total_nodes)
+        smean += r * revocation_stall_s(rev.restart_mean_s, total_nodes)
         s2 += r * (rev.restart_sd_s / total_nodes) ** 2
     if rate > 0:
         return rate, smean / rate, (s2 / rate) ** 0.5
@@ -224,7 +230,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         if spot:
             rev = risk.revocation(cloud, gpu)
             revs.append(rev)
-            smean.append(REGROUP_S + rev.restart_mean_s / n)
+            smean.append(revocation_stall_s(rev.restart_mean_s, n))
             ssd.append(rev.restart_sd_s / n)
             lose.append(rev.model_loss(n))  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))

@@ -27,7 +27,8 @@ from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (
-    REGROUP_S, Columns, Job, assess_cluster, build_columns, node_counts, throughput_curve, throughput_mix,
+    REGROUP_S, Columns, Job, assess_cluster, build_columns, node_counts, revocation_stall_s, throughput_curve,
+    throughput_mix,
 )
 from spottrain.planner.formulation import (MILP_WORK_LIMIT, SAFETY_TIME_LIMIT_S, Limits, Outcome, Picks, SolveStats,
                                           homogeneous_feasible, solve_mix, spot_mask)
@@ -278,7 +279,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             sm, sd = np.full(m, REGROUP_S), np.zeros(m)
             lose, notice = np.zeros(m), math.inf
         else:
-            sm = REGROUP_S + min(r.restart_mean_s for r in revs) / n
+            sm = revocation_stall_s(min(r.restart_mean_s for r in revs), n)
             sd = min(r.restart_sd_s for r in revs) / n
             # the least chance of losing the model and the shortest notice lose the least work
             lose = risk.state_loss_floor(revs, n)

@@ -15,11 +15,13 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   which is 1 / mean lifetime only for a memoryless law. ``T`` is the run the model predicts
   (:func:`settle`). Overhead factor ``1 + c / tau``.
 - Revocations (CM-DARE, spotDNN: a sync job stalls for every lost node). Revocations arrive at
-  rate ``Lambda``; each costs a restore (``c``) and a stall ``R`` given by the caller: re-forming
-  the group (spotDNN measured a 29.6 s dip) plus the replacement delay (transience models) times
-  the lost node's share of the cluster throughput, since the survivors keep training until the
-  replacement joins. The survivors also keep the model (spottrain's runtime holds it in their
-  memory), so a revocation loses work only when it leaves no node: with probability ``q``
+  rate ``Lambda``; each costs a stall ``R`` given by the caller: re-forming the group twice, without
+  the lost node and with its replacement (:data:`spottrain.clouds.REGROUP_S`, spotDNN's measured
+  29.6 s dip, each), plus the replacement delay (transience models) times the lost node's share
+  of the cluster throughput, since the survivors keep training until the replacement joins. The
+  survivors also keep the model (spottrain's runtime holds it in their memory and hands it to the
+  joiner), so a revocation restores a checkpoint (``c``) and loses work only when it leaves no
+  node: with probability ``q``
   (:func:`state_loss`: 1 for a lone node, 0 beside an on-demand node, else the share of outages
   that take a market's whole group at once, measured on traces, plus the chance that a single
   revocation finds every other node's slot empty, awaiting its replacement). Such a loss costs
@@ -360,7 +362,7 @@ def assess(
             ckpt_s, 1.0 / np.where(lost_rate > 0, lost_rate, 1.0)), CHECKPOINT_MAX_S),
             np.where(rate > 0, CHECKPOINT_MAX_S, 0.0))
         overhead = np.where(rate > 0, 1.0 + ckpt_s / np.where(tau > 0, tau, 1.0), 1.0)
-        r = stall_mean_s + ckpt_s
+        r = stall_mean_s
         # Work lost when the model is: min(age of the last checkpoint, the notice's bound).
         # (a checkpoint that cannot finish within the notice bounds nothing)
         notice = np.asarray(notice_s, float)
@@ -369,8 +371,10 @@ def assess(
         t_div = np.where(tau > 0, tau, 1.0)
         e1 = np.where(cut, bound - bound**2 / (2.0 * t_div), tau / 2.0)
         e2 = np.where(cut, bound**2 - 2.0 * bound**3 / (3.0 * t_div), tau**2 / 3.0)
-        mean_l = q * e1 + r
-        mean_l2 = q * (e2 + 2.0 * e1 * r) + r**2 + stall_sd_s**2
+        # L = R + I (c + U): the stall R, and with probability q (no survivor holds the model) a
+        # restore c and the lost work U
+        mean_l = r + q * (ckpt_s + e1)
+        mean_l2 = r**2 + stall_sd_s**2 + 2.0 * r * q * (ckpt_s + e1) + q * (ckpt_s**2 + 2.0 * ckpt_s * e1 + e2)
         rho = rate * mean_l
         finishes = (rho < 1.0) & (thr > 0) & np.isfinite(work)
         work = np.where(np.isfinite(work), work, 1.0)

@@ -11,14 +11,16 @@ current membership. What happens around it:
   preemption **notice** ``PREEMPTION_NOTICE_S[cloud]`` seconds before (AWS 120 s, GCP 30 s). The policy is
   asked at every notice, revocation, join, price change and periodic tick (for policies that
   use ticks) and answers with a :class:`~spottrain.policies.Decision`.
-- **Synchronous training** (``sync``): losing a node stalls ``restart_s`` (detection, re-forming
+- **Synchronous training** (``sync``): losing a node stalls ``regroup_s`` (detection, re-forming
   the group). The survivors hold the model, as spottrain's runtime keeps it in their memory, so
-  nothing rolls back while one node is left; losing the last one rolls progress back to the last
-  durable checkpoint (lost work). A checkpoint-restart runtime (torchrun restarting every
-  worker; the policies that stand for such systems, whose ``restarts_from_checkpoint`` says so;
-  or ``SimParams(keep_state=False)`` for every policy) rolls back at every lost node. The chief
-  of async PS training rolls back as before. A planned membership change (a join, a release)
-  first checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
+  nothing rolls back while one node is left, and a joining node takes the model from a peer (a
+  ``regroup_s`` stall, no checkpoint); losing the last one rolls progress back to the last
+  durable checkpoint (lost work), and the next node to join restarts from it (``restart_s``). A
+  checkpoint-restart runtime (torchrun restarting every worker; the policies that stand for such
+  systems, whose ``restarts_from_checkpoint`` says so; or ``SimParams(keep_state=False)`` for
+  every policy) rolls back at every lost node and restarts at every change (``restart_s``). The chief
+  of async PS training rolls back as before. Such a runtime's planned membership change (a join,
+  a release) first checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
   **Asynchronous PS training**: losing a non-chief worker only lowers throughput; a joining
   worker starts pulling parameters at once.
 - **Checkpoints** every ``checkpoint_interval_s`` seconds of training (the plan's interval)
@@ -309,15 +311,20 @@ class JobRun:
         return [n for n in q if not n.gone] if not self.done.triggered else []
 
     def _flush_boots(self) -> None:
+        booted = self._take("boot")
+        for node in booted:
+            node.booted = True
+        self._join_complete([n.batch for n in booted])
+
+    def _join_complete(self, batches: list[_Batch]) -> None:
+        """Join the nodes of every batch of ``batches`` whose nodes have all booted (or are gone)."""
         ready: list[_Node] = []
         initial = False
-        for node in self._take("boot"):
-            node.booted = True
-            batch = node.batch
+        for batch in batches:
             if all(n.booted or n.gone for n in batch.nodes):
                 fresh = [n for n in batch.nodes if not n.gone and not n.joined and n not in ready]
                 ready += fresh
-                initial |= batch.initial
+                initial |= batch.initial and bool(fresh)
         if ready:
             self._join(ready, initial=initial)
 
@@ -339,7 +346,10 @@ class JobRun:
         if not initial:
             self.replacements += len(nodes)
             self.other_type_nodes += sum(1 for n in nodes if n.type.market)
-            if self.s.sync and had:
+            if self.s.sync and had and self.s.keep_state:
+                # the joiner takes the model from a peer: the group re-forms, nothing is written
+                self.stall_until = max(self.stall_until, now + self.s.regroup_s)
+            elif self.s.sync and had:
                 if self.train_since is not None:  # planned change: checkpoint, then restart
                     self._begin_checkpoint()
                     self.stall_until += self.s.restart_s
@@ -379,19 +389,23 @@ class JobRun:
         self.revocations += len(nodes)
         if self.tl is not None:
             self.tl["revocations"].extend((now, n.id) for n in nodes)
-        joined = []
+        joined, left = [], []
         for node in nodes:
             if node.joined:
                 joined.append(node)
                 continue
-            # revoked while booting: give the slot back and try again
-            batch = node.batch
+            # Revoked while booting: give the slot back and try again. The node's batch no longer
+            # waits for it (the runtime starts with the nodes that are up); its replacement joins
+            # on its own when it has booted.
+            left.append(node.batch)
             self._leave(node)
+            batch = _Batch()
             fresh = _Node(f"n{self._next_id}", node.type, batch)
             self._next_id += 1
             batch.nodes.append(fresh)
             self.pending[fresh.id] = fresh
             self._acquire(fresh)
+        self._join_complete(left)
         if not joined:
             return
         self._account()
@@ -409,7 +423,7 @@ class JobRun:
             # The survivors hold the model: nothing rolls back, the group re-forms around them.
             self.pending_ckpt = None
             self.train_since = None
-            self.stall_until = now + self.s.restart_s
+            self.stall_until = now + self.s.regroup_s
             self._mark()
         elif self.s.sync or chief_lost:
             self.lost += max(self.progress - self.durable, 0.0)
@@ -506,7 +520,9 @@ class JobRun:
                     self.lost += max(self.progress - self.durable, 0.0)
                     self.progress = self.durable
                 if self.live:
-                    self.stall_until = max(self.stall_until, self.env.now + self.s.restart_s)
+                    held = self.s.sync and self.s.keep_state  # the members left hold the model
+                    stall = self.s.regroup_s if held else self.s.restart_s
+                    self.stall_until = max(self.stall_until, self.env.now + stall)
                 self._set_rate()
                 self._wake()
         if d.request:

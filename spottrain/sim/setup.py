@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spottrain.catalog import gpu_label
-from spottrain.clouds import vm_startup_s
+from spottrain.clouds import REGROUP_S, vm_startup_s
 from spottrain.plan_file import Plan
 from spottrain.policies import NodeOption, NodeView, Policy, get_policy
 from spottrain.sim import markets
@@ -33,7 +33,12 @@ class SimParams:
     checkpoint_cost_s: float | None = None
     """Stall of one checkpoint; None: ``plan.extra['checkpoint_cost_s']`` or estimated from the model size."""
     restart_s: float | None = None
-    """Stall to re-form the group and restore after a membership change; None: 60 s + checkpoint cost."""
+    """Stall to restart from the last checkpoint (no live node holds the model: the first node after
+    every node was lost, or every membership change of a checkpoint-restart runtime); None: 60 s +
+    checkpoint cost."""
+    regroup_s: float | None = None
+    """Stall to re-form a synchronous group around members that hold the model (``keep_state``: a
+    revocation with survivors, a join, a release); None: :data:`spottrain.clouds.REGROUP_S`."""
     tick_s: float = 300.0
     """Period of policy ticks (only for policies in :data:`TICK_POLICIES`)."""
     horizon_s: float | None = None
@@ -117,6 +122,9 @@ class SimSetup:
         # Does a revocation leave the model with the survivors? spottrain's runtime keeps it; a
         # policy that models a checkpoint-restart system says it restarts from the checkpoint.
         self.keep_state = p.keep_state and not getattr(self.policy, "restarts_from_checkpoint", False)
+        # Re-forming around the survivors reads no checkpoint; a checkpoint-restart runtime restarts.
+        self.regroup_s = (float(p.regroup_s if p.regroup_s is not None else REGROUP_S) if self.keep_state
+                          else self.restart_s)
         self.total = float(w.samples_total)
         self.planned_tp = plan.prediction.throughput_samples_per_s
         self.horizon_s = run_horizon_s(plan, p)

@@ -597,12 +597,17 @@ class _Batch:
         st["live"][rows] += np.where(st["od_st"][rows] == 2, 0, count)
         later = ~initial
         st["repl"][rows] += np.where(later, count, 0)
-        tr = self.training[rows]
-        ck = later & had & tr
+        if self.s.keep_state and self.s.sync:
+            # the joiners take the model from a peer: the group re-forms, nothing is written
+            held = later & had
+            st["stall_until"][rows[held]] = np.maximum(st["stall_until"][rows[held]], now[held] + self.s.regroup_s)
+            ck = np.zeros(rows.shape, dtype=bool)
+        else:
+            held = ck = later & had & self.training[rows]
         if ck.any():
             self._begin_checkpoint(rows[ck], ckpt_cost)
             st["stall_until"][rows[ck]] += restart
-        other = later & ~(had & tr)
+        other = later & ~held
         st["stall_until"][rows[other]] = np.maximum(st["stall_until"][rows[other]], now[other] + restart)
         self.training[rows[later]] = False
 
@@ -615,14 +620,14 @@ class _Batch:
         n_rev = rev.sum(axis=1)
         st["revs"][rows0] += n_rev
         st["crate"][rows0] = np.maximum(st["crate"][rows0] - n_rev * self.price, 0.0)
-        # revoked before joining: give the slot back and try again (same batch)
+        # revoked before joining: give the slot back and try again; the gang no longer waits for
+        # it (its replacement joins on its own), so the rest of the gang may join now
         early = rev & (sub0 < LIVE)
         if early.any():
             rr, jj = np.nonzero(early)
             rr = rows0[rr]
-            gang = st["gang"][rr, jj].copy()
             self._request(rr, jj, horizon, gang=False)
-            st["gang"][rr, jj] = gang
+            self._boots(np.unique(rr), np.zeros((np.unique(rr).size, N), dtype=bool), restart, ckpt_cost)
         joined0 = rev & (sub0 == LIVE)
         has = joined0.any(axis=1)
         rows, joined = rows0[has], joined0[has]
@@ -643,7 +648,7 @@ class _Batch:
         st["lost"][roll] += np.maximum(st["progress"][roll] - st["durable"][roll], 0.0)
         st["progress"][roll] = st["durable"][roll]
         st["pend"][rows] = np.nan
-        st["stall_until"][rows] = st["now"][rows] + restart
+        st["stall_until"][rows] = st["now"][rows] + np.where(alive & self.s.keep_state, self.s.regroup_s, restart)
         self.training[rows] = False
         # the policy, at each revoked node
         go = np.zeros(rows.size, dtype=bool)
