@@ -230,3 +230,23 @@ def test_a_restore_is_paid_only_when_no_survivor_holds_the_model():
                         np.array([stall]), np.array([0.0]), c, state_loss=0.0) for c in (1.0, 40.0)]
     assert kept[1].time_mean_s[0] - risk.LAUNCH_S == pytest.approx(
         (kept[0].time_mean_s[0] - risk.LAUNCH_S) * (1 + 40.0 / risk.CHECKPOINT_MAX_S) / (1 + 1.0 / risk.CHECKPOINT_MAX_S))
+
+
+def test_an_outage_re_forms_the_group_once_for_all_its_revocations():
+    """A single revocation re-forms the group twice (without the node, with its replacement); the
+    n revocations of an outage that takes the whole part share those two. The replacement delay
+    stops the lost nodes' share of the work either way."""
+    from spottrain.clouds import REGROUP_S
+    from spottrain.planner.columns import revocation_stall_s
+
+    law = risk.lifetime_model("aws", "V100")
+    apart = risk.revocation_of(law, restart_mean_s=3600.0, restart_sd_s=0.0, source="test", outage_share=0.0)
+    together = risk.revocation_of(law, restart_mean_s=3600.0, restart_sd_s=0.0, source="test", outage_share=1.0)
+    n = 8
+    assert revocation_stall_s(apart, n, n) == pytest.approx(2 * REGROUP_S + 3600.0 / n)
+    # the whole outage: one wait for the whole group's work, two re-forms
+    assert n * revocation_stall_s(together, n, n) == pytest.approx(2 * REGROUP_S + 3600.0)
+    # a lone node: every revocation is an outage
+    assert revocation_stall_s(apart, 1, 1) == pytest.approx(revocation_stall_s(together, 1, 1))
+    # an outage of a part beside other nodes: the survivors re-form twice, the part's share waits
+    assert 4 * revocation_stall_s(together, 4, n) == pytest.approx(2 * REGROUP_S + 4 * 3600.0 / n)

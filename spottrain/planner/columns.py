@@ -25,12 +25,19 @@ from spottrain.types import ClusterGroup, ClusterSpec
 
 
 
-def revocation_stall_s(delay_s, nodes):
-    """Mean stall (s) of one revocation in a synchronous group of ``nodes`` nodes: the group
-    re-forms without the lost node and again when its replacement joins (:data:`REGROUP_S` each,
-    as the simulator charges), and the survivors, training meanwhile, leave undone the lost node's
-    share of the replacement delay ``delay_s``'s work."""
-    return 2.0 * REGROUP_S + delay_s / nodes
+def revocation_stall_s(rev, part_nodes, total_nodes):
+    """Mean stall (s) of one revocation of a spot part of ``part_nodes`` nodes (revocation model
+    ``rev``, :func:`risk.revocation`) in a synchronous group of ``total_nodes`` nodes.
+
+    A single revocation re-forms the group twice, without the lost node and with its replacement
+    (:data:`REGROUP_S` each, as the simulator charges); an outage that takes the part's every node
+    at once (a share ``rev.outage_share`` of the market's revocations) re-forms it twice in all,
+    shared by its ``part_nodes`` revocations. Either way the lost nodes' share of the group's work
+    stops for the replacement delay: ``rev.restart_mean_s / total_nodes`` per revocation (the
+    survivors train meanwhile, or, after an outage of the whole group, nobody does)."""
+    w = rev.outage_share
+    return 2.0 * REGROUP_S * (1.0 - w + w / np.asarray(part_nodes, float)) + rev.restart_mean_s / np.asarray(
+        total_nodes, float)
 
 
 _CURVES: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]] = {}
@@ -89,17 +96,17 @@ def throughput_mix(workload: Any, groups: list[tuple[str, int, int, float]], *, 
     return float(p.throughput), float(p.low), float(p.high), str(p.bottleneck)
 
 
-def cluster_revocations(parts: Sequence[tuple[float, Any]], total_nodes: int) -> tuple[float, float, float]:
+def cluster_revocations(parts: Sequence[tuple[int, float, Any]], total_nodes: int) -> tuple[float, float, float]:
     """(revocation rate /s, mean stall s, stall sd s) of a cluster of ``total_nodes`` nodes from its
-    spot parts ``(revocation rate of the part, its revocation model from risk.revocation)``.
+    spot parts ``(nodes, revocation rate of the part, its revocation model from risk.revocation)``.
 
     A lost node stalls the group :func:`revocation_stall_s`; the stall's moments are the
     rate-weighted mix of the parts'. No spot part: rate 0, the stall of a re-form only.
     """
     rate = smean = s2 = 0.0
-    for r, rev in parts:
+    for n, r, rev in parts:
         rate += r
-        smean += r * revocation_stall_s(rev.restart_mean_s, total_nodes)
+        smean += r * float(revocation_stall_s(rev, n, total_nodes))
         s2 += r * (rev.restart_sd_s / total_nodes) ** 2
     if rate > 0:
         return rate, smean / rate, (s2 / rate) ** 0.5
@@ -117,7 +124,7 @@ def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr:
     notice = min((rev.notice_s for _, rev in spot), default=math.inf)
 
     def at(run):
-        rate, smean, sd = cluster_revocations([(n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
+        rate, smean, sd = cluster_revocations([(n, n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
                                               total_nodes)
         return risk.assess(work, np.array([thr]), np.array([low]), np.array([high]), np.array([rate]),
                            np.array([smean]), np.array([sd]), ckpt_s, state_loss=q, notice_s=notice, **kwargs)
@@ -230,7 +237,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         if spot:
             rev = risk.revocation(cloud, gpu)
             revs.append(rev)
-            smean.append(revocation_stall_s(rev.restart_mean_s, n))
+            smean.append(revocation_stall_s(rev, n, n))
             ssd.append(rev.restart_sd_s / n)
             lose.append(rev.model_loss(n))  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))

@@ -279,7 +279,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             sm, sd = np.full(m, REGROUP_S), np.zeros(m)
             lose, notice = np.zeros(m), math.inf
         else:
-            sm = revocation_stall_s(min(r.restart_mean_s for r in revs), n)
+            sm = np.min([revocation_stall_s(r, n, n) for r in revs], axis=0)
             sd = min(r.restart_sd_s for r in revs) / n
             # the least chance of losing the model and the shortest notice lose the least work
             lose = risk.state_loss_floor(revs, n)
