@@ -25,7 +25,7 @@ hold the model (spotDNN's measured throughput dip at a revocation, 29.6 s: detec
 re-forming the group). spottrain's runtime re-forms at every membership change, a revoked node's
 and its replacement's, and a joiner takes the model from a peer: no checkpoint is written or read
 (:meth:`spottrain.runtime.api.Trainer._exchange_state`). The planner charges it twice per
-revocation, the simulator once per change."""
+revocation (twice per outage that takes a whole group), the simulator once per change."""
 
 
 def vm_startup_s(cloud: str) -> float:
