@@ -228,8 +228,8 @@ def test_a_restore_is_paid_only_when_no_survivor_holds_the_model():
     # with every survivor holding the model, the checkpoint's size only sets its overhead
     kept = [risk.assess(work, np.array([thr]), np.array([thr]), np.array([thr]), np.array([rate]),
                         np.array([stall]), np.array([0.0]), c, state_loss=0.0) for c in (1.0, 40.0)]
-    assert kept[1].time_mean_s[0] - risk.LAUNCH_S == pytest.approx(
-        (kept[0].time_mean_s[0] - risk.LAUNCH_S) * (1 + 40.0 / risk.CHECKPOINT_MAX_S) / (1 + 1.0 / risk.CHECKPOINT_MAX_S))
+    overhead = (1 + 40.0 / risk.CHECKPOINT_MAX_S) / (1 + 1.0 / risk.CHECKPOINT_MAX_S)
+    assert kept[1].time_mean_s[0] - risk.LAUNCH_S == pytest.approx((kept[0].time_mean_s[0] - risk.LAUNCH_S) * overhead)
 
 
 def test_an_outage_re_forms_the_group_once_for_all_its_revocations():

@@ -18,8 +18,8 @@ current membership. What happens around it:
   durable checkpoint (lost work), and the next node to join restarts from it (``restart_s``). A
   checkpoint-restart runtime (torchrun restarting every worker; the policies that stand for such
   systems, whose ``restarts_from_checkpoint`` says so; or ``SimParams(keep_state=False)`` for
-  every policy) rolls back at every lost node and restarts at every change (``restart_s``). The chief
-  of async PS training rolls back as before. Such a runtime's planned membership change (a join,
+  every policy) rolls back at every lost node and restarts at every change (``restart_s``). The
+  chief of async PS training rolls back as before. Such a runtime's planned membership change (a join,
   a release) first checkpoints (``checkpoint_cost_s``) and then restarts: no work is lost.
   **Asynchronous PS training**: losing a non-chief worker only lowers throughput; a joining
   worker starts pulling parameters at once.

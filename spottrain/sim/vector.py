@@ -627,7 +627,8 @@ class _Batch:
             rr, jj = np.nonzero(early)
             rr = rows0[rr]
             self._request(rr, jj, horizon, gang=False)
-            self._boots(np.unique(rr), np.zeros((np.unique(rr).size, N), dtype=bool), restart, ckpt_cost)
+            runs = np.unique(rr)
+            self._boots(runs, np.zeros((runs.size, N), dtype=bool), restart, ckpt_cost)
         joined0 = rev & (sub0 == LIVE)
         has = joined0.any(axis=1)
         rows, joined = rows0[has], joined0[has]
