@@ -55,3 +55,11 @@ def test_no_data_falls_back_and_says_so():
     r = _cli("--gpu", "T4", "--cloud", "gcp", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["pooled_from"]
+
+
+@pytest.mark.parametrize("nodes, expect", [("1", "1 node "), ("4", "4 nodes ")])
+def test_obtain_line_names_each_cluster_size_once(nodes, expect):
+    r = _cli("--gpu", "V100", "--cloud", "aws", "--nodes", nodes)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("P(obtain now)"))
+    assert expect in line and "1 nodes" not in line

@@ -247,7 +247,8 @@ def _render(out: dict) -> None:
         ("P(revoked within 1 h)", f"{out['p_revoked_within_1h']:.1%}"),
         ("replacement delay", f"mean {format_duration(rd['mean_s'])}, p95 {format_duration(rd['p95_s'])} "
          f"(wait {format_duration(rd['mean_wait_s'])} + start-up {format_duration(rd['mean_startup_s'])})"),
-        ("P(obtain now)", f"1 node {av['p_obtain_1']:.0%}, {n} nodes {av[f'p_obtain_{n}']:.0%} ({av['basis']})"),
+        ("P(obtain now)", f"1 node {av['p_obtain_1']:.0%}"
+         + (f", {n} nodes {av[f'p_obtain_{n}']:.0%}" if n > 1 else "") + f" ({av['basis']})"),
         ("revocations that empty the group", f"{out['group_outage']['share']:.0%} of "
          f"{out['group_outage']['revocations']:,} in traces of several nodes"
          + (f" (pooled: {out['group_outage']['pooled_from']})" if out["group_outage"]["pooled_from"] else "")),
