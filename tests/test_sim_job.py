@@ -199,3 +199,15 @@ def test_price_changes_are_billed_and_reach_the_policy(tmp_path):
     assert r.cost_usd == pytest.approx(expected)
     # the only option is the same type at the new price: no re-plan is worth it
     assert r.replacements == 0
+
+
+def test_the_summary_names_both_stalls():
+    """The simulation's notes give the restart from a checkpoint and, when a policy runs on
+    spottrain's runtime, the re-form around the nodes that hold the model."""
+    plan = make_plan(nodes=4, hours=2.0)
+    both = simulate(plan, model=True, policies=["replace-same"], runs=4, seed=0,
+                    params=SimParams(checkpoint_cost_s=10.0, restart_s=60.0, regroup_s=25.0))
+    note = next(n for n in both.notes if n.startswith("checkpoint cost"))
+    assert "restart from a checkpoint 60 s" in note and "hold the model 25 s" in note
+    restart_only = simulate(plan, model=True, policies=["checkpoint-restart"], runs=4, seed=0)
+    assert not any("hold the model" in n for n in restart_only.notes)

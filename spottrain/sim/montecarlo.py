@@ -177,7 +177,10 @@ def simulate(
     first = next(iter(setups.values()))
     notes = [f"revocations: {source.description}", f"throughput: {first.throughput_desc}",
              f"checkpoint cost {first.checkpoint_cost_s:.0f} s every {first.interval_s:.0f} s of training; "
-             f"restart {first.restart_s:.0f} s"]
+             f"restart from a checkpoint {first.restart_s:.0f} s"]
+    kept = next((s for s in setups.values() if s.keep_state and s.sync), None)
+    if kept is not None:
+        notes[-1] += f"; re-forming around the nodes that hold the model {kept.regroup_s:.0f} s"
     if params is not None and params.price_trace:
         notes.append(f"prices: replayed from {params.price_trace} ({len(first.price_events)} price events for the plan's types)")
     alternatives = []
