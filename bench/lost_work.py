@@ -37,7 +37,8 @@ from _machine import machine  # noqa: E402
 from _pages import write_page  # noqa: E402
 from sim_plans import make_plan  # noqa: E402
 from spottrain.planner import risk  # noqa: E402
-from spottrain.planner.columns import assess_cluster  # noqa: E402
+from spottrain.planner.columns import assess_cluster, lost_share  # noqa: E402
+from spottrain.sim.markets import membership_key, throughput_function  # noqa: E402
 from spottrain.sim.montecarlo import simulate  # noqa: E402
 from spottrain.sim.setup import SimParams  # noqa: E402
 from spottrain.transience import group_outage  # noqa: E402
@@ -59,8 +60,11 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, keep
     rev = risk.revocation(cloud, gpu)
     p = plan.prediction
     q = risk.state_loss([(nodes, rev)], nodes) if keep else 1.0
+    # the survivors of a revocation train at n - 1 nodes' throughput, the simulator's (perf model)
+    f, _ = throughput_function(plan)
+    single = lost_share(f(membership_key([(gpu, 1, nodes - 1)])), f(membership_key([(gpu, 1, nodes)])))
     a = assess_cluster([(nodes, rev)], nodes, plan.workload.samples_total, p.throughput_samples_per_s,
-                       p.throughput_low, p.throughput_high, CHECKPOINT_S, state_loss=q)
+                       p.throughput_low, p.throughput_high, CHECKPOINT_S, state_loss=q, lost=[(single, 1.0)])
     plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))
     params = SimParams(checkpoint_cost_s=CHECKPOINT_S, keep_state=keep)
     res = simulate(plan, model=True, policies=["replace-same"], runs=runs, seed=0, params=params)

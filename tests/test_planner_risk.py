@@ -250,3 +250,27 @@ def test_an_outage_re_forms_the_group_once_for_all_its_revocations():
     assert revocation_stall_s(apart, 1, 1) == pytest.approx(revocation_stall_s(together, 1, 1))
     # an outage of a part beside other nodes: the survivors re-form twice, the part's share waits
     assert 4 * revocation_stall_s(together, 4, n) == pytest.approx(2 * REGROUP_S + 4 * 3600.0 / n)
+
+
+def test_the_survivors_train_at_the_throughput_of_the_nodes_left():
+    """A revocation's wait costs the share of the cluster's throughput its nodes carried: for a
+    synchronous ring that scales sublinearly, less than 1 / N; beside an on-demand node, an outage
+    of the spot part leaves that node training. Asynchronous workers keep the linear share."""
+    from spottrain.perf.workload import Workload
+    from spottrain.planner.columns import lost_shares, revocation_stall_s, throughput_mix
+
+    w = Workload(model="synthetic-resnet50", batch_size=64, flops_per_sample=24.3e9, param_count=25_557_032,
+                 gradient_bytes=102_228_128.0)
+    spot16 = [("V100", 1, 16, 10.0, "aws", True)]
+    x16 = throughput_mix(w, [("V100", 1, 16, 10.0)], clouds=("aws",))[0]
+    x15 = throughput_mix(w, [("V100", 1, 15, 10.0)], clouds=("aws",))[0]
+    (single, outage), = lost_shares(w, spot16, x16, sync="sync", ps=0)
+    assert single == pytest.approx(1 - x15 / x16) and 0 <= single < 1 / 16 and outage == 1.0
+    law = risk.lifetime_model("aws", "V100")
+    rev = risk.revocation_of(law, restart_mean_s=3600.0, restart_sd_s=0.0, source="test", outage_share=0.0)
+    assert revocation_stall_s(rev, 16, 16, single, outage) < revocation_stall_s(rev, 16, 16)
+    mixed = [("V100", 1, 3, 10.0, "aws", True), ("V100", 1, 1, 10.0, "aws", False)]
+    x4 = throughput_mix(w, [("V100", 1, 4, 10.0)], clouds=("aws",))[0]
+    (_s, part_out), = lost_shares(w, mixed, x4, sync="sync", ps=0)
+    assert 0 < part_out < 1  # the on-demand node trains on
+    assert lost_shares(w, spot16, x16, sync="async", ps=1) is None

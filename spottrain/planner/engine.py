@@ -27,8 +27,8 @@ from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (
-    REGROUP_S, Columns, Job, assess_cluster, build_columns, node_counts, revocation_stall_s, throughput_curve,
-    throughput_mix,
+    REGROUP_S, Columns, Job, assess_cluster, build_columns, lost_shares, node_counts, revocation_stall_s,
+    throughput_curve, throughput_mix,
 )
 from spottrain.planner.formulation import (MILP_WORK_LIMIT, SAFETY_TIME_LIMIT_S, Limits, Outcome, Picks, SolveStats,
                                           homogeneous_feasible, solve_mix, spot_mask)
@@ -81,7 +81,10 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
     spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
     a = assess_cluster(spot, nodes, job.work(nodes, gpus), thr, lo, hi, job.checkpoint_s, deadline_s=job.deadline_s,
-                       confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus))
+                       confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus),
+                       lost=lost_shares(job.workload, [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps,
+                                                        cands[i].cloud, cands[i].spot) for i, n in picks],
+                                        thr, sync=job.sync, ps=job.ps))
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
@@ -279,8 +282,9 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             sm, sd = np.full(m, REGROUP_S), np.zeros(m)
             lose, notice = np.zeros(m), math.inf
         else:
-            sm = np.min([revocation_stall_s(r, n, n) for r in revs], axis=0)
-            sd = min(r.restart_sd_s for r in revs) / n
+            # a lower bound: the re-forms alone (the survivors may lose little of the throughput)
+            sm = np.min([revocation_stall_s(r, n, n, 0.0, 0.0) for r in revs], axis=0)
+            sd = np.zeros(m)
             # the least chance of losing the model and the shortest notice lose the least work
             lose = risk.state_loss_floor(revs, n)
             notice = min(r.notice_s for r in revs)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.planner import risk
-from spottrain.planner.columns import assess_cluster
+from spottrain.planner.columns import assess_cluster, lost_shares
 from spottrain.transience.select import known_pools, lifetime_model
 from spottrain.units import (
     format_count, format_duration, format_interval, format_probability, format_rate, format_usd, plural,
@@ -187,9 +187,14 @@ def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float 
     gpus = sum(g.count * g.gpus_per_node for g in plan.groups)
     work_sd = float(job.work_log_sd(total, gpus)[0]) if job is not None else 0.0
     ckpt = float(job.checkpoint_s) if job is not None else risk.checkpoint_cost_s(plan.workload.gradient_bytes)
+    lost = None
+    if job is not None:
+        lost = lost_shares(job.workload, [(g.gpu, g.gpus_per_node, g.count, g.network_gbps, g.cloud, g.spot)
+                                          for g in plan.groups],
+                           p.throughput_samples_per_s, sync=job.sync, ps=job.ps)
     a = assess_cluster(revs, total, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
                        p.throughput_high, ckpt, deadline_s=plan.deadline_s, confidence=plan.confidence,
-                       work_log_sd=work_sd)
+                       work_log_sd=work_sd, lost=lost)
     return float(a.p_deadline[0])
 
 

@@ -66,8 +66,9 @@ cluster; the linear model adds up its parts' failure-free throughput (:func:`fre
 which never underestimates the mix (a mix is at most as fast as its parts run separately,
 needs no fewer samples than any of them, and loses time to revocations and checkpoints), so
 the MILP is a relaxation. The parts' own effective throughput (losses included) would not be:
-a mix of N nodes loses 1/N of a replacement delay per revocation and checkpoints at the
-interval of its total rate, so it can lose less than its parts do as clusters of their own
+a mix loses, per revocation, the share of its throughput the lost node carried while the
+replacement comes, and checkpoints at the interval of its total rate, so it can lose less than
+its parts do as clusters of their own
 (found by random requests against brute force, ``tests/test_planner_solver.py``). We solve it lazily: each MILP solution is evaluated exactly, excluded
 by a no-good cut, and the search stops when the relaxation cannot beat the best exact plan.
 With the exhaustive homogeneous enumeration as the first incumbent this is a branch-and-bound
@@ -76,8 +77,10 @@ whose answer equals exhaustive search (tested against brute force).
 Pruning (provable under the same relaxation)
 --------------------------------------------
 - Zones: a dearer zone of the same type, market and region is dominated (candidates).
-- Counts: ``(i, n)`` is dominated by ``(i, n')``, ``n' < n``, with failure-free ``E`` and ``Q``
-  at least as large (beyond the throughput peak; spotDNN's upper bound on workers).
+- Counts beyond the throughput peak are not pruned: a node that adds no throughput is a spare,
+  whose loss stops no work while its replacement comes (the survivors train at the throughput of
+  the nodes left, :func:`spottrain.planner.columns.lost_shares`), so such a cluster can lose less
+  to revocations than the smaller one it does not outrun.
 - Bounds and window: with incumbent ratio ``lambda*`` a mix must have
   ``sum (P_j - lambda* E_j) < 0``; a column is dropped when even the ``K - 1`` most favourable
   other kinds of its group cannot make up for it, and when ``Q_j`` plus the ``K - 1`` largest
@@ -532,25 +535,6 @@ def spot_mask(cands: Sequence[Candidate]) -> np.ndarray:
     return np.array([c.spot for c in cands], dtype=bool)
 
 
-def _segment_prev_max(x: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """For each entry, the max of the earlier entries of its segment (-1 for the first)."""
-    out = np.empty_like(x)
-    bounds = np.r_[start, x.size]
-    lengths = np.diff(bounds)
-    if lengths.size and (lengths == lengths[0]).all():
-        m = int(lengths[0])
-        grid = x.reshape(-1, m)
-        prev = np.full_like(grid, -1.0)
-        if m > 1:
-            prev[:, 1:] = np.maximum.accumulate(grid[:, :-1], axis=1)
-        return prev.reshape(-1)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        out[a] = -1.0
-        if b - a > 1:
-            out[a + 1:b] = np.maximum.accumulate(x[a:b - 1])
-    return out
-
-
 def homogeneous_feasible(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float,
                          traffic: np.ndarray | None) -> np.ndarray:
     """Mask of columns that satisfy every constraint on their own (exact)."""
@@ -578,9 +562,10 @@ def free_times(cols: Columns, confidence: float, idx: np.ndarray | None = None) 
     together and needs no fewer samples than any part alone, and its mean, quantile (confidence at
     least one half) and p95 times are no shorter than its failure-free median time, so the sum
     bounds every mix from above. The columns' own times (revocation and checkpoint losses
-    included) do not add up that way: a mix of N nodes loses 1/N of a node's replacement delay per
-    revocation, and checkpoints at the interval of its total revocation rate, so its losses can be
-    smaller than the sum of its parts' losses as clusters of their own."""
+    included) do not add up that way: a mix loses, per revocation, the share of its throughput the
+    lost node carried while the replacement comes, and checkpoints at the interval of its total
+    revocation rate, so its losses can be smaller than the sum of its parts' losses as clusters of
+    their own."""
     from spottrain.planner.risk import LAUNCH_S  # risk imports the transience layer: only when a mix is searched
 
     sel = slice(None) if idx is None else idx
@@ -601,15 +586,6 @@ def prune(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float
         return np.zeros(cols.size, bool)
     E = np.divide(work, free_mean, out=np.zeros(cols.size), where=np.isfinite(free_mean))
     Q = np.divide(work, free_q, out=np.zeros(cols.size), where=np.isfinite(free_q))
-    od = ~spot_mask(cands)[cols.cand]
-    # counts beyond the point where more nodes stop helping are dominated by fewer nodes
-    start = np.flatnonzero(np.r_[True, cols.cand[1:] != cols.cand[:-1]])
-    e_prev = _segment_prev_max(E, start)
-    q_prev = _segment_prev_max(Q, start)
-    dominated = (E <= e_prev) & (Q <= q_prev)
-    if limits.anchor_share > 0:
-        dominated &= ~od
-    keep &= ~dominated
     keys = group_keys(cands, limits.same_gpu)
     gid: dict[tuple, int] = {}
     cgid = np.array([gid.setdefault(k, len(gid)) for k in keys], dtype=int)
