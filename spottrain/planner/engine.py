@@ -303,7 +303,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
         return out
 
-    return solve_mix(sub, ctx.cands, limits, ONE_JOB, objective, incumbent, ctx.evaluate, traffic, stats=stats,
+    return solve_mix(sub, ctx.cands, limits, ONE_JOB, objective, incumbent, ctx.evaluate, stats=stats,
                      group_cap=group_cap, work_limit=work_limit, time_limit_s=time_limit_s)
 
 

@@ -39,7 +39,10 @@ Constraints
 4. Deadline with confidence: ``sum_j Q_j x_j >= W / D``.
 5. On-demand anchor (DeepVM): ``sum_{j on-demand} n_j x_j >= 1`` and, with a share ``s``,
    ``sum_{on-demand} n_j x_j - s sum_j n_j x_j >= 0``.
-6. PS capacity (async): ``sum_j traffic_j x_j <= ps x PS bandwidth``.
+6. PS capacity (async): ``traffic_j <= ps x PS bandwidth`` for a column; a mix is checked
+   exactly when it is evaluated. No row for mixes: summing its parts' traffic at their own
+   throughput overstates a mix's (the parts slow each other at the servers), so such a row would
+   cut feasible mixes (the random requests against brute force found one).
 7. Budget: ``sum_j (P_j W / 3600 - B E_j) x_j <= 0`` (expected cost <= B), and with a hard cap
    ``H`` on the 95th-percentile cost the same with ``W / T_j^(0.95)``.
 8. GPU memory: columns whose GPU cannot hold the per-GPU batch are never generated.
@@ -276,7 +279,7 @@ class MixProblem:
     """
 
     def __init__(self, cols: Columns, keep: np.ndarray, cands: Sequence[Candidate], limits: Limits,
-                 work: float, traffic: np.ndarray | None, group_cap: Callable[[list[int], int], np.ndarray] | None = None) -> None:
+                 work: float, group_cap: Callable[[list[int], int], np.ndarray] | None = None) -> None:
         self.j = np.flatnonzero(keep)
         self.cols, self.cands, self.limits, self.work = cols, cands, limits, work
         cand = cols.cand[self.j]
@@ -289,7 +292,7 @@ class MixProblem:
         free_mean, self.free_q = free_times(cols, limits.confidence, self.j)
         self.E, self.P = self._q(free_mean), cols.price_rate[self.j]
         rows = _Rows(self)
-        self._add_plan_rows(rows, cand, traffic)
+        self._add_plan_rows(rows, cand)
         if M:
             self._add_group_size_rows(rows, M, shape_caps)
         self._add_cost_rows(rows)
@@ -336,10 +339,10 @@ class MixProblem:
                     shape_caps.append((g, np.isin(cand, list(ids)), np.asarray(curve, float)))
         return shape_caps
 
-    def _add_plan_rows(self, rows: "_Rows", cand: np.ndarray, traffic: np.ndarray | None) -> None:
+    def _add_plan_rows(self, rows: "_Rows", cand: np.ndarray) -> None:
         """What a plan may hold: one count per candidate, at most ``max_kinds`` columns in one
-        placement group, node limit, quotas, deadline, on-demand anchor, PS capacity, and
-        ``e <= sum of its parts``."""
+        placement group, node limit, quotas, deadline, on-demand anchor, and ``e <= sum of its
+        parts`` (PS capacity is checked on the columns and on each evaluated plan)."""
         limits, cands, n, grp, ng, nx = self.limits, self.cands, self.n, self.grp, self.ng, self.nx
         # one count per candidate: a row per candidate, built at once
         uc, inv = np.unique(cand, return_inverse=True)
@@ -362,8 +365,6 @@ class MixProblem:
             rows.add(xpart=n * od, l=float(limits.anchor_min_on_demand))
         if limits.anchor_share > 0:
             rows.add(xpart=n * od - limits.anchor_share * n, l=0.0)
-        if traffic is not None and limits.ps_capacity_bytes_per_s is not None:
-            rows.add(xpart=traffic[self.j], h=limits.ps_capacity_bytes_per_s)
         rows.add(xpart=-self.E, epart=1.0, h=0.0)  # e <= sum of parts
 
     def _add_group_size_rows(self, rows: "_Rows", M: int, shape_caps: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
@@ -677,7 +678,7 @@ def _most_promising(cols: Columns, keep: np.ndarray, work: float, objective: str
 
 
 def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float, objective: str,
-              incumbent: Outcome | None, evaluate: Callable[[Picks], Outcome], traffic: np.ndarray | None,
+              incumbent: Outcome | None, evaluate: Callable[[Picks], Outcome],
               *, max_iterations: int = 40, work_limit: int | None = MILP_WORK_LIMIT,
               time_limit_s: float = SAFETY_TIME_LIMIT_S, stats: SolveStats | None = None,
               group_cap: Callable[[list[int], int], np.ndarray] | None = None) -> Outcome | None:
@@ -698,7 +699,7 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     if not keep.any():
         stats.seconds += time.perf_counter() - t0
         return best
-    prob = MixProblem(cols, keep, cands, limits, work, traffic, group_cap if limits.same_gpu else None)
+    prob = MixProblem(cols, keep, cands, limits, work, group_cap if limits.same_gpu else None)
     prob.time_limit_s = time_limit_s
     prob.timed_out = False
     if work_limit is not None and prob.nvar > work_limit:
