@@ -68,7 +68,8 @@ def lost_shares(workload: Any, groups: Sequence[tuple[str, int, int, float, str,
             continue
         shares = []
         for left in (count - 1, 0):
-            rest = [(gpu, g, left if kk == k else n, net, cloud) for kk, (gpu, g, n, net, cloud, _s) in enumerate(groups)]
+            rest = [(gpu, g, left if kk == k else n, net, cloud)
+                    for kk, (gpu, g, n, net, cloud, _s) in enumerate(groups)]
             rest = [r for r in rest if r[2] > 0]
             x = 0.0
             if rest:

@@ -42,7 +42,7 @@ Constraints
 6. PS capacity (async): ``traffic_j <= ps x PS bandwidth`` for a column; a mix is checked
    exactly when it is evaluated. No row for mixes: summing its parts' traffic at their own
    throughput overstates a mix's (the parts slow each other at the servers), so such a row would
-   cut feasible mixes (the random requests against brute force found one).
+   cut feasible mixes (random one-server requests against brute force found such optima).
 7. Budget: ``sum_j (P_j W / 3600 - B E_j) x_j <= 0`` (expected cost <= B), and with a hard cap
    ``H`` on the 95th-percentile cost the same with ``W / T_j^(0.95)``.
 8. GPU memory: columns whose GPU cannot hold the per-GPU batch are never generated.
