@@ -62,7 +62,7 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, keep
     q = risk.state_loss([(nodes, rev)], nodes) if keep else 1.0
     # the survivors of a revocation train at n - 1 nodes' throughput, the simulator's (perf model)
     f, _ = throughput_function(plan)
-    single = lost_share(f(membership_key([(gpu, 1, nodes - 1)])), f(membership_key([(gpu, 1, nodes)])))
+    single = float(lost_share(f(membership_key([(gpu, 1, nodes - 1)])), f(membership_key([(gpu, 1, nodes)]))))
     a = assess_cluster([(nodes, rev)], nodes, plan.workload.samples_total, p.throughput_samples_per_s,
                        p.throughput_low, p.throughput_high, CHECKPOINT_S, state_loss=q, lost=[(single, 1.0)])
     plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))

@@ -47,9 +47,11 @@ def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outa
             + rev.restart_mean_s * ((1.0 - w) * single + w * outage / part))
 
 
-def lost_share(without: float, full: float) -> float:
-    """Share of a group's throughput ``full`` lost while it runs at ``without`` (0 to 1)."""
-    return min(max(1.0 - without / full, 0.0), 1.0) if full > 0 else 1.0
+def lost_share(without, full):
+    """Share of a group's throughput ``full`` lost while it runs at ``without`` (0 to 1; 1 where
+    ``full`` is 0), elementwise."""
+    without, full = np.asarray(without, float), np.asarray(full, float)
+    return np.where(full > 0, np.clip(1.0 - without / np.where(full > 0, full, 1.0), 0.0, 1.0), 1.0)
 
 
 def lost_shares(workload: Any, groups: Sequence[tuple[str, int, int, float, str, bool]], thr: float, *,
@@ -75,7 +77,7 @@ def lost_shares(workload: Any, groups: Sequence[tuple[str, int, int, float, str,
             if rest:
                 x = throughput_mix(workload, [r[:4] for r in rest], sync=sync, ps=ps,
                                    clouds=tuple(r[4] for r in rest))[0]
-            shares.append(lost_share(x, thr))
+            shares.append(float(lost_share(x, thr)))
         out.append((shares[0], shares[1]))
     return out
 
@@ -284,13 +286,13 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             rev = risk.revocation(cloud, gpu)
             revs.append(rev)
             # the survivors of a single revocation train at n - 1 nodes' throughput (synchronous
-            # training; an asynchronous worker's loss takes its own share, as the default says)
-            single = None
+            # training; an asynchronous worker's loss takes its own share, 1 / n)
+            single = 1.0 / n
             if job.sync == "sync":
                 single = np.ones(m)
-                single[1:] = np.clip(1.0 - t[:m - 1] / np.where(t[1:m] > 0, t[1:m], 1.0), 0.0, 1.0)
-            smean.append(revocation_stall_s(rev, n, n, single, None if single is None else 1.0))
-            ssd.append(rev.restart_sd_s * (1.0 / n if single is None else single))
+                single[1:] = lost_share(t[:m - 1], t[1:m])
+            smean.append(revocation_stall_s(rev, n, n, single, 1.0))
+            ssd.append(rev.restart_sd_s * single)
             lose.append(rev.model_loss(n))  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))
         else:

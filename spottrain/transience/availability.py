@@ -177,21 +177,20 @@ def group_losses(trace: Trace) -> tuple[int, int]:
     A drop from one node says nothing about whether nodes fall together, so it is left out. In a
     trace of nodes, only revocations count (a node that ended its job was not revoked), and the
     revocations of one instant are one drop."""
+    steps = _live_counts(trace)
     if trace.kind == "nodes":
         pairs: list[tuple[int, int]] = []  # (live before, live after) of each instant's revocations
-        live, drop_at = 0, None
-        for e in trace.events:
+        drop_at = None
+        for e, (_, live) in zip(trace.events, steps):  # ``live``: the count after the event
             if e.event == "revoke":
                 if drop_at == e.time_s:  # one more in the same drop
-                    pairs[-1] = (pairs[-1][0], pairs[-1][1] - 1)
+                    pairs[-1] = (pairs[-1][0], live)
                 else:
-                    pairs.append((live, live - 1))
+                    pairs.append((live + 1, live))
                 drop_at = e.time_s
             else:
                 drop_at = None
-            live += 1 if e.event == "start" else -1 if e.event in ("revoke", "end") else 0
     else:
-        steps = _live_counts(trace)
         pairs = [(a, b) for (_, a), (_, b) in zip(steps, steps[1:]) if b < a]
     revoked = emptied = 0
     for before, after in pairs:
