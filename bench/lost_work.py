@@ -12,7 +12,9 @@ is set against the mean of the simulator's runs with lifetimes drawn from the sa
 (``--model``: every node independently, replaced after the cloud's fitted delay) under
 ``replace-same``, which checkpoints on a notice. Both runtimes are scored: the survivors'
 (``state_loss``; simulator ``keep_state``) and checkpoint-restart (``state_loss=1``;
-``SimParams(keep_state=False)``).
+``SimParams(keep_state=False)``). A third row per plan trains asynchronously with one parameter
+server (``sync="async"``): a lost worker re-forms nothing and takes only the throughput it added,
+and the job rolls back only with the chief worker (``state_loss(..., sync=False)``: 1 / N).
 
 The simulator draws nodes independently; where a market's traces show outages that empty the
 whole group (``group_outage``, AWS V100 0.67), the planner counts them and the simulation of
@@ -53,18 +55,23 @@ MARKETS = (  # (cloud, gpu, instance type, zone)
 NODES = (1, 4, 16)
 
 
-def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, keep: bool) -> dict:
+RUNTIMES = {"keep": "survivors keep the model", "restart": "checkpoint-restart", "async": "async PS, 1 server"}
+
+
+def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, runtime: str) -> dict:
     """The planner's and the simulator's lost work (h) of one plan under one runtime."""
+    sync = runtime != "async"
+    keep = runtime != "restart"
     plan = make_plan(nodes=nodes, hours=HOURS, deadline_h=None, cloud=cloud, gpu=gpu, instance_type=itype,
-                     zone=zone)
+                     zone=zone, sync="sync" if sync else "async", ps=0 if sync else 1)
     rev = risk.revocation(cloud, gpu)
     p = plan.prediction
-    q = risk.state_loss([(nodes, rev)], nodes) if keep else 1.0
+    q = risk.state_loss([(nodes, rev)], nodes, sync=sync) if keep else 1.0
     # the survivors of a revocation train at n - 1 nodes' throughput, the simulator's (perf model)
     f, _ = throughput_function(plan)
     single = float(lost_share(f(membership_key([(gpu, 1, nodes - 1)])), f(membership_key([(gpu, 1, nodes)]))))
     a = assess_cluster([(nodes, rev)], nodes, plan.workload.samples_total, p.throughput_samples_per_s,
-                       p.throughput_low, p.throughput_high, CHECKPOINT_S, state_loss=q, lost=[(single, 1.0)])
+                       p.throughput_low, p.throughput_high, CHECKPOINT_S, state_loss=q, lost=[(single, 1.0)], sync=sync)
     plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))
     params = SimParams(checkpoint_cost_s=CHECKPOINT_S, keep_state=keep)
     res = simulate(plan, model=True, policies=["replace-same"], runs=runs, seed=0, params=params)
@@ -87,19 +94,19 @@ def main() -> None:
             "revocations: planner / simulated | lost work, planner (h) | lost work, simulated (h) | planner / simulated | "
             "run time (h): planner / simulated |",
             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    ratios = {True: [], False: []}
-    times = {True: [], False: []}
+    ratios = {k: [] for k in RUNTIMES}
+    times = {k: [] for k in RUNTIMES}
     for cloud, gpu, itype, zone in MARKETS:
         w = group_outage(cloud, gpu).share
         for n in NODES:
-            for keep in (True, False):
-                r = one(cloud, gpu, itype, zone, n, args.runs, keep)
+            for runtime, label in RUNTIMES.items():
+                r = one(cloud, gpu, itype, zone, n, args.runs, runtime)
                 ratio = r["analytical_h"] / r["simulated_h"] if r["simulated_h"] > 0 else float("nan")
                 if w == 0 and r["simulated_h"] > 0:
-                    ratios[keep].append(ratio)
-                times[keep].append(r["time_h"] / r["sim_time_h"])
+                    ratios[runtime].append(ratio)
+                times[runtime].append(r["time_h"] / r["sim_time_h"])
                 rows.append(
-                    f"| {cloud} {gpu} | {n} | {w:.2f} | {'survivors keep the model' if keep else 'checkpoint-restart'} | "
+                    f"| {cloud} {gpu} | {n} | {w:.2f} | {label} | "
                     f"{r['q']:.3g} | {r['interval_s']:.0f} s | {r['revocations']:.1f} / {r['sim_revocations']:.1f} | "
                     f"{r['analytical_h']:.3f} | {r['simulated_h']:.3f} +- {r['se_h']:.3f} | {ratio:.2f} | "
                     f"{r['time_h']:.2f} / {r['sim_time_h']:.2f} |")
@@ -118,9 +125,10 @@ def main() -> None:
         "cloud's fitted delay; mean over the runs +- its standard error.", "",
         *rows, "",
         f"On the markets without measured group outages (share 0), planner / simulated lost work: survivors keep "
-        f"the model {spread(ratios[True])}; checkpoint-restart {spread(ratios[False])}. Run time, planner / "
-        f"simulated, every market: survivors keep the model {spread(times[True])}; checkpoint-restart "
-        f"{spread(times[False])} (the planner's time counts {risk.JOB_SETUP_S:g} s of job set-up the simulator does not).", "",
+        f"the model {spread(ratios['keep'])}; checkpoint-restart {spread(ratios['restart'])}; async PS "
+        f"{spread(ratios['async'])}. Run time, planner / simulated, every market: survivors keep the model "
+        f"{spread(times['keep'])}; checkpoint-restart {spread(times['restart'])}; async PS {spread(times['async'])} "
+        f"(the planner's time counts {risk.JOB_SETUP_S:g} s of job set-up the simulator does not).", "",
     ]
     print("\n".join(lines[-2:]))
     if args.write:

@@ -255,7 +255,7 @@ def test_an_outage_re_forms_the_group_once_for_all_its_revocations():
 def test_the_survivors_train_at_the_throughput_of_the_nodes_left():
     """A revocation's wait costs the share of the cluster's throughput its nodes carried: for a
     synchronous ring that scales sublinearly, less than 1 / N; beside an on-demand node, an outage
-    of the spot part leaves that node training. Asynchronous workers keep the linear share."""
+    of the spot part leaves that node training."""
     from spottrain.perf.workload import Workload
     from spottrain.planner.columns import lost_shares, revocation_stall_s, throughput_mix
 
@@ -273,4 +273,41 @@ def test_the_survivors_train_at_the_throughput_of_the_nodes_left():
     x4 = throughput_mix(w, [("V100", 1, 4, 10.0)], clouds=("aws",))[0]
     (_s, part_out), = lost_shares(w, mixed, x4, sync="sync", ps=0)
     assert 0 < part_out < 1  # the on-demand node trains on
-    assert lost_shares(w, spot16, x16, sync="async", ps=1) is None
+
+
+def test_an_asynchronous_job_s_revocations_cost_what_the_simulator_charges():
+    """Asynchronous PS training: a lost worker re-forms nothing and takes only the throughput it
+    added (none where the workers wait on their parameter server), and only the chief's loss (1 / N
+    of the revocations) rolls the job back. 16 AWS T4 spot workers of 8 h of training, one server:
+    the planner's run time matches the simulator's lifetimes drawn from the same fitted laws; the
+    synchronous rules (two re-forms a revocation, the linear share) put it 60 % above."""
+    import dataclasses
+
+    from sim_plans import make_plan
+    from spottrain.clouds import REGROUP_S
+    from spottrain.planner.columns import assess_cluster, lost_share, revocation_stall_s
+    from spottrain.sim.markets import membership_key, throughput_function
+    from spottrain.sim.montecarlo import simulate
+    from spottrain.sim.setup import SimParams
+
+    n = 16
+    plan = make_plan(nodes=n, hours=8.0, deadline_h=None, cloud="aws", gpu="T4", instance_type="g4dn.xlarge",
+                     zone="us-east-1c", sync="async", ps=1)
+    rev = risk.revocation("aws", "T4")
+    assert risk.state_loss([(n, rev)], n, sync=False) == pytest.approx(1 / n)
+    assert risk.state_loss([(3, rev)], 4, sync=False) == pytest.approx(1 / 4)  # the chief may be the spot one
+    assert revocation_stall_s(rev, n, n, 0.0, 0.0, sync=False) == pytest.approx(2 * REGROUP_S / n)
+    f, _ = throughput_function(plan)
+    single = float(lost_share(f(membership_key([("T4", 1, n - 1)])), f(membership_key([("T4", 1, n)]))))
+    assert single < 1 / n
+    p = plan.prediction
+    args = ([(n, rev)], n, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
+            p.throughput_high, 20.0)
+    a = assess_cluster(*args, sync=False, lost=[(single, 1.0)])
+    old = assess_cluster(*args)
+    plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))
+    res = simulate(plan, model=True, policies=["replace-same"], runs=150, seed=3,
+                   params=SimParams(checkpoint_cost_s=20.0))
+    sim_h = float(res.summaries[0].makespan_h.mean)
+    assert float(a.time_mean_s[0]) / 3600 == pytest.approx(sim_h, rel=0.05)
+    assert float(old.time_mean_s[0]) / 3600 > 1.3 * sim_h

@@ -25,26 +25,31 @@ from spottrain.types import ClusterGroup, ClusterSpec
 
 
 
-def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outage=None):
+def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outage=None, *, sync=True):
     """Mean stall (s) of one revocation of a spot part of ``part_nodes`` nodes (revocation model
-    ``rev``, :func:`risk.revocation`) in a synchronous group of ``total_nodes`` nodes.
+    ``rev``, :func:`risk.revocation`) in a group of ``total_nodes`` nodes.
 
-    A single revocation re-forms the group twice, without the lost node and with its replacement
-    (:data:`REGROUP_S` each, as the simulator charges); an outage that takes the part's every node
-    at once (a share ``rev.outage_share`` of the market's revocations) re-forms it twice in all,
-    shared by its ``part_nodes`` revocations. Meanwhile the survivors train at the throughput of
-    the nodes left, for the replacement delay: ``lost_single`` is the share of the group's
-    throughput lost while one node of the part is missing (``1 - X(N-1) / X(N)``, at least 0: a
-    group that scales sublinearly loses less than ``1 / N``), ``lost_outage`` the share lost while
-    the whole part is (1 when it is the whole group: nobody trains). Default: throughput in
+    Synchronous training: a single revocation re-forms the group twice, without the lost node and
+    with its replacement (:data:`REGROUP_S` each, as the simulator charges); an outage that takes the
+    part's every node at once (a share ``rev.outage_share`` of the market's revocations) re-forms it
+    twice in all, shared by its ``part_nodes`` revocations. Asynchronous parameter-server training
+    re-forms nothing: a worker leaves and joins on its own, and only the loss of the chief worker
+    (a revocation takes it with probability ``1 / total_nodes``, outages included) restarts the job
+    (two re-forms' time, the simulator's restart before its checkpoint read).
+
+    Meanwhile the survivors train at the throughput of the nodes left, for the replacement delay:
+    ``lost_single`` is the share of the group's throughput lost while one node of the part is
+    missing (``1 - X(N-1) / X(N)``, at least 0: a group that scales sublinearly, or workers that
+    wait on their parameter servers, lose less than ``1 / N``), ``lost_outage`` the share lost
+    while the whole part is (1 when it is the whole group: nobody trains). Default: throughput in
     proportion to the nodes (``1 / total_nodes`` and ``part_nodes / total_nodes``)."""
     w = rev.outage_share
     part = np.asarray(part_nodes, float)
     total = np.asarray(total_nodes, float)
     single = 1.0 / total if lost_single is None else np.asarray(lost_single, float)
     outage = part / total if lost_outage is None else np.asarray(lost_outage, float)
-    return (2.0 * REGROUP_S * (1.0 - w + w / part)
-            + rev.restart_mean_s * ((1.0 - w) * single + w * outage / part))
+    re_forms = (1.0 - w + w / part) if sync else 1.0 / total
+    return 2.0 * REGROUP_S * re_forms + rev.restart_mean_s * ((1.0 - w) * single + w * outage / part)
 
 
 def lost_share(without, full):
@@ -55,15 +60,12 @@ def lost_share(without, full):
 
 
 def lost_shares(workload: Any, groups: Sequence[tuple[str, int, int, float, str, bool]], thr: float, *,
-                sync: str, ps: int) -> list[tuple[float, float]] | None:
-    """Per spot group of a synchronous cluster (``(gpu, GPUs per node, nodes, network Gbit/s,
-    cloud, spot)`` each, in order), the shares of its throughput ``thr`` lost while one of the
-    group's nodes is missing and while all of them are: the survivors train at the throughput of
-    the nodes left (the perf model's, as the simulator's membership does), for
-    :func:`revocation_stall_s`. None for asynchronous training (a worker's loss takes its own
-    share)."""
-    if sync != "sync":
-        return None
+                sync: str, ps: int) -> list[tuple[float, float]]:
+    """Per spot group of a cluster (``(gpu, GPUs per node, nodes, network Gbit/s, cloud, spot)``
+    each, in order), the shares of its throughput ``thr`` lost while one of the group's nodes is
+    missing and while all of them are: the survivors train at the throughput of the nodes left
+    (the perf model's, as the simulator's membership does; asynchronous workers that wait on their
+    parameter servers lose little with one of them gone), for :func:`revocation_stall_s`."""
     out = []
     for k, (_gpu, _g, count, _net, _cloud, spot) in enumerate(groups):
         if not spot:
@@ -139,20 +141,21 @@ def throughput_mix(workload: Any, groups: list[tuple[str, int, int, float]], *, 
 
 
 def cluster_revocations(parts: Sequence[tuple[int, float, Any]], total_nodes: int,
-                        lost: Sequence[tuple[float, float]] | None = None) -> tuple[float, float, float]:
+                        lost: Sequence[tuple[float, float]] | None = None, *,
+                        sync: bool = True) -> tuple[float, float, float]:
     """(revocation rate /s, mean stall s, stall sd s) of a cluster of ``total_nodes`` nodes from its
     spot parts ``(nodes, revocation rate of the part, its revocation model from risk.revocation)``.
 
     A lost node stalls the group :func:`revocation_stall_s`, with ``lost`` (per part: the shares
     of throughput lost without one of its nodes and without all of them; default in proportion
-    to the nodes); the stall's moments are the rate-weighted mix of the parts'. No spot part:
-    rate 0, the stall of a re-form only.
+    to the nodes; ``sync``: synchronous training, else asynchronous PS); the stall's moments are
+    the rate-weighted mix of the parts'. No spot part: rate 0, the stall of a re-form only.
     """
     rate = smean = s2 = 0.0
     for k, (n, r, rev) in enumerate(parts):
         single, outage = lost[k] if lost is not None else (None, None)
         rate += r
-        smean += r * float(revocation_stall_s(rev, n, total_nodes, single, outage))
+        smean += r * float(revocation_stall_s(rev, n, total_nodes, single, outage, sync=sync))
         s2 += r * (rev.restart_sd_s * (1.0 / total_nodes if single is None else single)) ** 2
     if rate > 0:
         return rate, smean / rate, (s2 / rate) ** 0.5
@@ -161,19 +164,20 @@ def cluster_revocations(parts: Sequence[tuple[int, float, Any]], total_nodes: in
 
 def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr: float, low: float, high: float,
                    ckpt_s: float, *, state_loss: float | None = None,
-                   lost: Sequence[tuple[float, float]] | None = None, **kwargs) -> Any:
+                   lost: Sequence[tuple[float, float]] | None = None, sync: bool = True, **kwargs) -> Any:
     """:func:`risk.assess` of one cluster of ``total_nodes`` nodes whose spot parts are ``spot``
     (``(nodes, risk.Revocation)``), each part revoked at its rate over the run the model predicts
     (:func:`risk.settle`), the model lost only with every node (:func:`risk.state_loss`; or with
-    the ``state_loss`` given: 1 for a checkpoint-restart runtime); ``lost``: per part, the shares
-    of throughput lost without one of its nodes and without all of them
-    (:func:`cluster_revocations`); ``kwargs``: ``assess``'s deadline, confidence and work spread."""
-    q = risk.state_loss(spot, total_nodes) if state_loss is None else state_loss
+    the ``state_loss`` given: 1 for a checkpoint-restart runtime; asynchronous PS training, ``sync``
+    False, loses it with the chief worker); ``lost``: per part, the shares of throughput lost
+    without one of its nodes and without all of them (:func:`cluster_revocations`); ``kwargs``:
+    ``assess``'s deadline, confidence and work spread."""
+    q = risk.state_loss(spot, total_nodes, sync=sync) if state_loss is None else state_loss
     notice = min((rev.notice_s for _, rev in spot), default=math.inf)
 
     def at(run):
         rate, smean, sd = cluster_revocations([(n, n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
-                                              total_nodes, lost)
+                                              total_nodes, lost, sync=sync)
         return risk.assess(work, np.array([thr]), np.array([low]), np.array([high]), np.array([rate]),
                            np.array([smean]), np.array([sd]), ckpt_s, state_loss=q, notice_s=notice, **kwargs)
 
@@ -285,15 +289,13 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         if spot:
             rev = risk.revocation(cloud, gpu)
             revs.append(rev)
-            # the survivors of a single revocation train at n - 1 nodes' throughput (synchronous
-            # training; an asynchronous worker's loss takes its own share, 1 / n)
-            single = 1.0 / n
-            if job.sync == "sync":
-                single = np.ones(m)
-                single[1:] = lost_share(t[:m - 1], t[1:m])
-            smean.append(revocation_stall_s(rev, n, n, single, 1.0))
+            # the survivors of a single revocation train at n - 1 nodes' throughput
+            single = np.ones(m)
+            single[1:] = lost_share(t[:m - 1], t[1:m])
+            sync = job.sync == "sync"
+            smean.append(revocation_stall_s(rev, n, n, single, 1.0, sync=sync))
             ssd.append(rev.restart_sd_s * single)
-            lose.append(rev.model_loss(n))  # risk.state_loss of n nodes of one market
+            lose.append(rev.model_loss(n) if sync else 1.0 / n)  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))
         else:
             revs.append(None)

@@ -84,7 +84,7 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
                        confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus),
                        lost=lost_shares(job.workload, [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps,
                                                         cands[i].cloud, cands[i].spot) for i, n in picks],
-                                        thr, sync=job.sync, ps=job.ps))
+                                        thr, sync=job.sync, ps=job.ps), sync=job.sync == "sync")
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
@@ -101,6 +101,11 @@ def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job
     nodes = sum(n for _, n in o.picks)
     if nodes > limits.max_nodes:
         why.append(f"{plural(nodes, 'node')} > max {limits.max_nodes}")
+    for name, q in (limits.quotas or {}).items():
+        # the MILP's quota row: every market and region of the instance type (or GPU) named
+        used = sum(n for i, n in o.picks if name.lower() in (cands[i].instance_type.lower(), cands[i].gpu.lower()))
+        if used > q:
+            why.append(f"{plural(used, 'node')} of {name} > quota {q}")
     if limits.deadline_s is not None and (o.p_deadline or 0.0) < limits.confidence:
         why.append(f"P(finish by deadline) = {o.p_deadline or 0:.2f} < {limits.confidence:.2f}")
     od = sum(n for i, n in o.picks if not cands[i].spot)

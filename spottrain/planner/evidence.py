@@ -194,7 +194,7 @@ def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float 
                            p.throughput_samples_per_s, sync=job.sync, ps=job.ps)
     a = assess_cluster(revs, total, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
                        p.throughput_high, ckpt, deadline_s=plan.deadline_s, confidence=plan.confidence,
-                       work_log_sd=work_sd, lost=lost)
+                       work_log_sd=work_sd, lost=lost, sync=plan.sync != "async")
     return float(a.p_deadline[0])
 
 

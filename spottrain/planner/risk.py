@@ -185,10 +185,12 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
                       outage_share=min(max(float(outage_share), 0.0), 1.0))
 
 
-def state_loss(spot, total_nodes: int) -> float:
+def state_loss(spot, total_nodes: int, *, sync: bool = True) -> float:
     """Probability that a revocation leaves no node holding the model, for a cluster of
     ``total_nodes`` nodes whose spot parts are ``spot`` (``(nodes, Revocation)``, each part one
-    market): 0 when a node is on demand, 1 for a lone spot node.
+    market): 0 when a node is on demand, 1 for a lone spot node. Asynchronous PS training
+    (``sync`` False) rolls back when the chief worker goes, any of the ``total_nodes``:
+    ``1 / total_nodes`` of the spot revocations, outages included (0 without a spot node).
 
     A part's revocations come in two kinds (:attr:`Revocation.outage_share` w of them in outages
     that take the whole part at once, the rest one node at a time), and the model is lost when,
@@ -197,6 +199,8 @@ def state_loss(spot, total_nodes: int) -> float:
     taken as independent). For n nodes of one market: :meth:`Revocation.model_loss`.
     """
     nodes = sum(n for n, _ in spot)
+    if not sync:
+        return 1.0 / total_nodes if spot else 0.0
     if not spot or nodes < total_nodes:
         return 0.0
     total = sum(n * rev.long_run_rate for n, rev in spot)
