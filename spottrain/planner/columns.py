@@ -175,9 +175,14 @@ def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr:
     q = risk.state_loss(spot, total_nodes, sync=sync) if state_loss is None else state_loss
     notice = min((rev.notice_s for _, rev in spot), default=math.inf)
 
+    lone = total_nodes == 1 and len(spot) == 1
+    first = float(np.ravel(risk.horizon_s(work, thr))[0]) if lone else 0.0
+
     def at(run):
         rate, smean, sd = cluster_revocations([(n, n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
                                               total_nodes, lost, sync=sync)
+        if lone:  # exposed only while it trains (Revocation.lone_rate)
+            rate = float(spot[0][1].lone_rate(first, smean))
         return risk.assess(work, np.array([thr]), np.array([low]), np.array([high]), np.array([rate]),
                            np.array([smean]), np.array([sd]), ckpt_s, state_loss=q, notice_s=notice, **kwargs)
 
@@ -308,12 +313,16 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     thr_k, n_k = cat(thr), cat(kn)
     seg = np.cumsum([0] + [len(x) for x in kn])
 
+    first, stall_k = risk.horizon_s(cat(work), thr_k), cat(smean)
+
     def rate_at(horizon: np.ndarray) -> np.ndarray:
-        """Revocations per second of every column for runs of ``horizon`` seconds."""
+        """Revocations per second of every column for runs of ``horizon`` seconds (a lone node:
+        over its failure-free run, whatever the horizon, :meth:`risk.Revocation.lone_rate`)."""
         out = np.zeros(len(horizon))
         for rev, a, b in zip(revs, seg[:-1], seg[1:]):
             if rev is not None:
                 out[a:b] = n_k[a:b] * rev.rate_over(horizon[a:b])
+                out[a] = rev.lone_rate(first[a], stall_k[a])  # n_k[a] == 1: each kind's first column
         return out
 
     a, rate_k = risk.assess_settled(rate_at, cat(work), thr_k, cat(lo), cat(hi), cat(smean), cat(ssd),
