@@ -344,3 +344,29 @@ def test_a_lone_node_is_exposed_only_while_it_trains():
         # the slot's wall-clock rate at the failure-free run: revocations faster than it recovers
         first = float(np.ravel(risk.horizon_s(plan.workload.samples_total, p.throughput_samples_per_s))[0])
         assert float(rev.rate_over(first)) * (2 * REGROUP_S + rev.restart_mean_s) >= 1.0
+
+
+def test_a_group_s_outage_exposes_nobody_while_it_waits():
+    """An outage that takes a whole group halts it as a lone node's revocation halts its job: with
+    every revocation an outage (share 1), N nodes of N x a node's throughput take exactly the lone
+    node's time, however short the run; with the measured share (AWS: 0.64), a 4-node job of 9
+    minutes finishes in the model (read over wall-clock time, the young nodes' rate held through
+    the outages' waits and it never did)."""
+    from spottrain.planner.columns import assess_cluster
+
+    law = risk.lifetime_model("aws", "L4")
+    every = risk.revocation_of(law, restart_mean_s=6000.0, restart_sd_s=0.0, source="test", outage_share=1.0)
+    for hours in (0.15, 2.0, 8.0):
+        times, revs = [], []
+        for n in (1, 4, 16):
+            work = 400.0 * n * hours * 3600
+            a = assess_cluster([(n, every)], n, work, 400.0 * n, 360.0 * n, 440.0 * n, 20.0,
+                               lost=[(1.0 if n == 1 else 1.0 / n, 1.0)])
+            times.append(float(a.time_mean_s[0]))
+            revs.append(float(a.revocations[0]) / n)  # an outage revokes all n nodes at once
+        assert times[1] == pytest.approx(times[0], rel=1e-6) and times[2] == pytest.approx(times[0], rel=1e-6)
+        assert revs[1] == pytest.approx(revs[0], rel=1e-6) and revs[2] == pytest.approx(revs[0], rel=1e-6)
+    rev = risk.revocation("aws", "L4")
+    assert 0.5 < rev.outage_share < 1.0
+    a = assess_cluster([(4, rev)], 4, 400.0 * 4 * 540, 1600.0, 1440.0, 1760.0, 20.0, lost=[(0.25, 1.0)])
+    assert np.isfinite(a.time_mean_s[0]) and a.time_mean_s[0] < 2 * 3600

@@ -52,6 +52,29 @@ def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outa
     return 2.0 * REGROUP_S * re_forms + rev.restart_mean_s * ((1.0 - w) * single + w * outage / part)
 
 
+def cluster_stop_s(rev, part_nodes, total_nodes, lost_outage=None, *, sync=True):
+    """The part of :func:`revocation_stall_s` in which no node of the cluster trains, nor can be
+    revoked: a lone node's whole stall; an outage that takes a group with nobody beside it (its
+    replacement delay and re-form, shared by its ``part_nodes`` revocations); else nothing (the
+    others train on)."""
+    part = np.asarray(part_nodes, float)
+    total = np.asarray(total_nodes, float)
+    outage = part / total if lost_outage is None else np.asarray(lost_outage, float)
+    w = rev.outage_share
+    whole = w * (rev.restart_mean_s + (2.0 * REGROUP_S if sync else 0.0)) / part
+    return np.where(total <= 1, revocation_stall_s(rev, part, total, 1.0, 1.0, sync=sync),
+                    np.where(outage >= 1.0, whole, 0.0))
+
+
+def exposure_kind(part_nodes: int, total_nodes: int, lost_outage: float | None = None) -> str:
+    """How a spot part's nodes are exposed (:meth:`risk.Revocation.exposure_rate`): ``"up"`` a lone
+    node, ``"group"`` a part whose outage stops the cluster, ``"slot"`` one that others outlast."""
+    if total_nodes <= 1:
+        return "up"
+    whole = (part_nodes >= total_nodes) if lost_outage is None else lost_outage >= 1.0
+    return "group" if whole else "slot"
+
+
 def lost_share(without, full):
     """Share of a group's throughput ``full`` lost while it runs at ``without`` (0 to 1; 1 where
     ``full`` is 0), elementwise."""
@@ -175,18 +198,22 @@ def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr:
     q = risk.state_loss(spot, total_nodes, sync=sync) if state_loss is None else state_loss
     notice = min((rev.notice_s for _, rev in spot), default=math.inf)
 
-    lone = total_nodes == 1 and len(spot) == 1
-    first = float(np.ravel(risk.horizon_s(work, thr))[0]) if lone else 0.0
+    kinds = [exposure_kind(n, total_nodes, None if lost is None else lost[k][1]) for k, (n, _rev) in enumerate(spot)]
+    stops = [float(cluster_stop_s(rev, n, total_nodes, None if lost is None else lost[k][1], sync=sync))
+             for k, (n, rev) in enumerate(spot)]
+    trained = {"share": 1.0}
 
     def at(run):
-        rate, smean, sd = cluster_revocations([(n, n * float(rev.rate_over(run)[0]), rev) for n, rev in spot],
-                                              total_nodes, lost, sync=sync)
-        if lone:  # exposed only while it trains (Revocation.lone_rate)
-            rate = float(spot[0][1].lone_rate(first, smean))
+        parts = [(n, n * float(rev.exposure_rate(run, kind)[0]), rev) for (n, rev), kind in zip(spot, kinds)]
+        rate, smean, sd = cluster_revocations(parts, total_nodes, lost, sync=sync)
+        if rate > 0:  # nothing is exposed while a stop halts the whole cluster
+            stop = sum(r * st for (_n, r, _rev), st in zip(parts, stops)) / rate
+            trained["share"] = 1.0 / (1.0 + rate * stop)
+            rate = float(risk.wall_rate(rate, stop))
         return risk.assess(work, np.array([thr]), np.array([low]), np.array([high]), np.array([rate]),
                            np.array([smean]), np.array([sd]), ckpt_s, state_loss=q, notice_s=notice, **kwargs)
 
-    return risk.settle(at, work, np.array([thr]))
+    return risk.settle(at, work, np.array([thr]), trained=lambda: trained["share"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,7 +304,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     kind_m = np.zeros(len(keys), dtype=int)
     if len(cands):
         np.maximum.at(kind_m, kind_of, limits)
-    thr, lo, hi, bott, revs, smean, ssd, kn, work, work_sd, lose, notice = ([] for _ in range(12))
+    thr, lo, hi, bott, revs, smean, ssd, kn, work, work_sd, lose, notice, stops = ([] for _ in range(13))
     for (cloud, gpu, g, net, spot), k in keys.items():
         m = int(kind_m[k])
         if m < 1:
@@ -299,11 +326,13 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             single[1:] = lost_share(t[:m - 1], t[1:m])
             sync = job.sync == "sync"
             smean.append(revocation_stall_s(rev, n, n, single, 1.0, sync=sync))
+            stops.append(cluster_stop_s(rev, n, n, 1.0, sync=sync))
             ssd.append(rev.restart_sd_s * single)
             lose.append(rev.model_loss(n) if sync else 1.0 / n)  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))
         else:
             revs.append(None)
+            stops.append(None)
             smean.append(np.full(m, REGROUP_S))
             ssd.append(np.zeros(m))
             lose.append(np.zeros(m))
@@ -313,17 +342,18 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     thr_k, n_k = cat(thr), cat(kn)
     seg = np.cumsum([0] + [len(x) for x in kn])
 
-    first, stall_k = risk.horizon_s(cat(work), thr_k), cat(smean)
-
-    def rate_at(horizon: np.ndarray) -> np.ndarray:
-        """Revocations per second of every column for runs of ``horizon`` seconds (a lone node:
-        over its failure-free run, whatever the horizon, :meth:`risk.Revocation.lone_rate`)."""
-        out = np.zeros(len(horizon))
-        for rev, a, b in zip(revs, seg[:-1], seg[1:]):
+    def rate_at(horizon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Revocations per second of every column's run, for runs that train ``horizon`` seconds,
+        and the share of the run spent training (a lone node, and a group's outage, halt it)."""
+        out, share = np.zeros(len(horizon)), np.ones(len(horizon))
+        for rev, stop, a, b in zip(revs, stops, seg[:-1], seg[1:]):
             if rev is not None:
-                out[a:b] = n_k[a:b] * rev.rate_over(horizon[a:b])
-                out[a] = rev.lone_rate(first[a], stall_k[a])  # n_k[a] == 1: each kind's first column
-        return out
+                n = n_k[a:b]
+                x = n * np.where(n == 1, rev.exposure_rate(horizon[a:b], "up"),
+                                 rev.exposure_rate(horizon[a:b], "group"))
+                out[a:b] = risk.wall_rate(x, stop)
+                share[a:b] = 1.0 / (1.0 + x * stop)
+        return out, share
 
     a, rate_k = risk.assess_settled(rate_at, cat(work), thr_k, cat(lo), cat(hi), cat(smean), cat(ssd),
                                     job.checkpoint_s, deadline_s=job.deadline_s, confidence=job.confidence,

@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.errors import InputError
+from spottrain.perf.throughput import explain_bottleneck
 from spottrain.plan_file import Plan, PlanPrediction
 from spottrain.planner.api import PlanResult, plan
 from spottrain.planner.engine import Context, market_mask, to_plan
@@ -691,6 +692,8 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
         if a is not None:
             text += (f" The analytical choice {a.label} simulated at mean ${a.mean_cost_usd:,.2f}"
                      + ("" if a.met_rate is None else f", {a.met_rate:.0%} met") + ".")
+    if "Bottleneck:" not in (p.explanation or ""):  # a candidate other than the analytical choice
+        text += f" Bottleneck: {explain_bottleneck(p.prediction.bottleneck)}."
     explanation = (p.explanation + " " if p.explanation else "") + text
     return dataclasses.replace(p, prediction=pred, explanation=explanation,
                                extra={**p.extra, "refined": record})

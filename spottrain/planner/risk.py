@@ -12,8 +12,10 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   below) for the cluster revocation rate ``Lambda`` = sum over spot nodes of ``M(T) / T``: the
   renewal function of the node's fitted lifetime law over the run ``T`` (a fresh node at the
   start, each replacement fresh after the replacement delay; :meth:`Revocation.rate_over`),
-  which is 1 / mean lifetime only for a memoryless law. ``T`` is the run the model predicts
-  (:func:`settle`). Overhead factor ``1 + c / tau``.
+  which is 1 / mean lifetime only for a memoryless law. ``T`` is the time the run the model
+  predicts spends training (:func:`settle`): nothing is revoked while nothing trains, so a stop
+  that halts the whole cluster (a lone node's revocation, a group's outage) adds its wait without
+  exposure (:meth:`Revocation.exposure_rate`, :func:`wall_rate`). Overhead factor ``1 + c / tau``.
 - Revocations (CM-DARE, spotDNN: a sync job stalls for every lost node). Revocations arrive at
   rate ``Lambda``; each costs a stall ``R`` given by the caller: re-forming the group twice, without
   the lost node and with its replacement (:data:`spottrain.clouds.REGROUP_S`, spotDNN's measured
@@ -105,28 +107,29 @@ class Revocation:
     outage_share: float = 0.0
     """Share of the node's revocations that take every node of its group at once (a market-wide
     drop: :func:`spottrain.transience.group_outage`); the rest strike nodes independently."""
+    group_renewals: tuple[np.ndarray, np.ndarray] | None = None
+    """(t, M(t)) over the time a group of this market's nodes alone trains: a slot stands empty for
+    the replacement delay after a single revocation (the others train on), not after an outage
+    (the whole group waits, and nothing trains or is revoked): the renewal function with a delay of
+    ``(1 - outage_share)`` x the replacement delay (:meth:`exposure_rate`)."""
     up_renewals: tuple[np.ndarray, np.ndarray] | None = None
-    """(t, M0(t)): expected revocations within t seconds of *up* time, each replacement a fresh
-    life (the renewal function of the lifetimes alone, no delay): what a lone node sees, whose job
-    stops, and whose exposure stops, while its slot stands empty (:meth:`lone_rate`)."""
+    """(t, M(t)) over the time a lone node trains: the lifetimes' own renewal function (no delay:
+    its job, and its exposure, stop while its slot stands empty)."""
 
-    def lone_rate(self, run_s, stall_s) -> np.ndarray:
-        """Revocations per wall-clock second of a one-node job that trains ``run_s`` seconds and
-        stalls ``stall_s`` seconds at each revocation (the replacement delay among them):
-        ``L / (1 + L stall)`` with ``L = M0(run) / run`` the revocations per second of training.
-
-        A lone node is exposed only while it trains; the job's wall time adds the stalls, in which
-        nothing can be revoked. Read off the slot's wall-clock renewals (:meth:`rate_over`), a
-        10-minute job on AWS spot (Weibull shape 0.62, a 1.7 h mean wait for a replacement) sees the
-        young node's high rate, as if it held for the hours the waits add, and never finished in
-        the renewal-reward model (revocations faster than it recovers); the simulator of the same
-        laws finishes it in 0.58 h on average. In the long run both give 1 / (mean lifetime + delay)
-        when the stall is the delay."""
-        t, M = self.up_renewals if self.up_renewals is not None else self.renewals
-        h = np.maximum(np.asarray(run_s, float), t[1])
-        beyond = M[-1] + (h - t[-1]) * self.rate_per_s
-        up = np.where(h <= t[-1], np.interp(h, t, M), beyond) / h
-        return up / (1.0 + up * np.asarray(stall_s, float))
+    def exposure_rate(self, horizon_s, kind: str = "slot") -> np.ndarray:
+        """Revocations per node and second of the time a cluster trains, over ``horizon_s`` seconds
+        of it: ``"slot"`` a node beside others that train on whatever it loses (the slot's
+        wall-clock renewals, :meth:`rate_over`), ``"group"`` a node of a group of this market alone
+        (its outages stop the group), ``"up"`` a lone node. :func:`wall_rate` turns it into
+        revocations per second of the run, whose stops expose nobody."""
+        if kind == "slot" or (kind == "group" and self.group_renewals is None):
+            return self.rate_over(horizon_s)
+        curve = self.up_renewals if kind == "up" else self.group_renewals
+        delay = 0.0 if kind == "up" else (1.0 - self.outage_share) * self.restart_mean_s
+        t, M = curve
+        h = np.maximum(np.asarray(horizon_s, float), t[1])
+        beyond = M[-1] + (h - t[-1]) / (1.0 / max(self.rate_per_s, 1e-30) + delay)
+        return np.where(h <= t[-1], np.interp(h, t, M), beyond) / h
 
     def rate_over(self, horizon_s) -> np.ndarray:
         """Revocations per node-second over a run of ``horizon_s`` seconds: M(T) / T.
@@ -195,22 +198,40 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     # long-run rate, which rate_over extrapolates). A slot's k-th revocation comes one replacement
     # delay before its k-th renewal of a life plus a delay (the first node is up at the start):
     # revocations by t = renewals by t + delay.
-    span = min(max(RENEWAL_LIVES * (mean + mean_d), RENEWAL_FINE_S), RENEWAL_SPAN_S)
-    fine = renewal_curve(model, RENEWAL_FINE_S + mean_d, replacement_delay_s=mean_d, grid=RENEWAL_GRID)
-    coarse = renewal_curve(model, span + mean_d, replacement_delay_s=mean_d, grid=RENEWAL_GRID)
-    t_f, t_c = fine[0] - mean_d, coarse[0] - mean_d
-    head, keep = t_f >= 0.0, t_c > t_f[-1]
-    t = np.concatenate([[0.0], t_f[head], t_c[keep]])
-    M = np.concatenate([[0.0], fine[1][head], coarse[1][keep]])
-    # The same over up time: the lifetimes' own renewal function (a lone node's exposure).
-    span0 = min(max(RENEWAL_LIVES * mean, RENEWAL_FINE_S), RENEWAL_SPAN_S)
-    fine0 = renewal_curve(model, RENEWAL_FINE_S, grid=RENEWAL_GRID)
-    coarse0 = renewal_curve(model, span0, grid=RENEWAL_GRID)
-    beyond0 = coarse0[0] > fine0[0][-1]
-    up = (np.concatenate([fine0[0], coarse0[0][beyond0]]), np.concatenate([fine0[1], coarse0[1][beyond0]]))
+    w = min(max(float(outage_share), 0.0), 1.0)
     return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=float(restart_sd_s),
-                      source=source, renewals=(t, M), notice_s=float(notice_s),
-                      outage_share=min(max(float(outage_share), 0.0), 1.0), up_renewals=up)
+                      source=source, renewals=slot_renewals(model, mean, mean_d), notice_s=float(notice_s),
+                      outage_share=w, group_renewals=slot_renewals(model, mean, (1.0 - w) * mean_d),
+                      up_renewals=slot_renewals(model, mean, 0.0))
+
+
+def slot_renewals(model, mean_s: float, delay_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(t, M(t)): expected revocations of a node slot within t seconds, each replacement a fresh life
+    ``delay_s`` after the revocation (the first node up at the start).
+
+    Two solves of the renewal equation, ~1 ms each: fine over the first hours (short runs, where
+    young nodes' hazard matters most), coarse over RENEWAL_LIVES lives (past them M grows at its
+    long-run rate, which the readers extrapolate). A slot's k-th revocation comes one delay before
+    its k-th renewal of a life plus a delay: revocations by t = renewals by t + delay."""
+    span = min(max(RENEWAL_LIVES * (mean_s + delay_s), RENEWAL_FINE_S), RENEWAL_SPAN_S)
+    fine = renewal_curve(model, RENEWAL_FINE_S + delay_s, replacement_delay_s=delay_s, grid=RENEWAL_GRID)
+    coarse = renewal_curve(model, span + delay_s, replacement_delay_s=delay_s, grid=RENEWAL_GRID)
+    t_f, t_c = fine[0] - delay_s, coarse[0] - delay_s
+    head, keep = t_f >= 0.0, t_c > t_f[-1]
+    return (np.concatenate([[0.0], t_f[head], t_c[keep]]), np.concatenate([[0.0], fine[1][head], coarse[1][keep]]))
+
+
+def wall_rate(exposed, stop_s) -> np.ndarray:
+    """Revocations per second of a run from ``exposed``, those per second of the time it trains
+    (:meth:`Revocation.exposure_rate`), when each revocation stops the whole cluster for ``stop_s``
+    seconds on average (a lone node's every revocation, a group's outages): ``x / (1 + x stop)``.
+    Nothing is revoked while nothing trains. Read as if the run's stops exposed its nodes, a
+    10-minute job of one AWS spot node (Weibull shape 0.62, 1.7 h mean wait for a replacement)
+    saw its young node's high rate held over the hours the waits add, and never finished in the
+    renewal-reward model; the simulator of the same laws finishes it in 0.57 h on average."""
+    x = np.asarray(exposed, float)
+    return x / (1.0 + x * np.asarray(stop_s, float))
+
 
 
 def state_loss(spot, total_nodes: int, *, sync: bool = True) -> float:
@@ -264,32 +285,34 @@ SETTLE_ROUNDS = 1
 """Readings of the revocation rate after the first one (at the failure-free run) in :func:`settle`."""
 
 
-def settle(assess_at, work, thr) -> "Assessment":
+def settle(assess_at, work, thr, trained=None) -> "Assessment":
     """The assessment ``assess_at(horizon_s)`` of clusters whose revocation rates are read over
-    runs of ``horizon_s`` seconds (:meth:`Revocation.rate_over`), at the run it predicts: first at
-    the failure-free run (:func:`horizon_s`), then, :data:`SETTLE_ROUNDS` times, at
-    :func:`next_horizon_s` of the run the round before predicted (revocations lengthen a run, and a
-    longer run sees old nodes as well as young ones)."""
+    ``horizon_s`` seconds of training (:meth:`Revocation.exposure_rate`), at the training the run
+    it predicts holds: first at the failure-free run (:func:`horizon_s`), then, :data:`SETTLE_ROUNDS`
+    times, at :func:`next_horizon_s` of what the round before predicted (revocations lengthen a run,
+    and a longer run sees old nodes as well as young ones). ``trained()``: the share of the last
+    reading's run spent training (stops that halt the whole cluster expose nobody; default 1)."""
     h = horizon_s(work, thr)
     for k in range(SETTLE_ROUNDS + 1):
         a = assess_at(h)
         if k < SETTLE_ROUNDS:
-            h = next_horizon_s(h, a.time_mean_s)
+            h = next_horizon_s(h, a.time_mean_s * (1.0 if trained is None else trained()))
     return a
 
 
 def assess_settled(rate_at, work, thr, low, high, stall_mean_s, stall_sd_s, ckpt_s,
                    **kwargs) -> tuple["Assessment", np.ndarray]:
-    """:func:`assess` of clusters revoked at ``rate_at(horizon_s)`` per second over runs of
-    ``horizon_s`` seconds, read at the run it predicts (:func:`settle`); returns the assessment and
-    the rates it used."""
+    """:func:`assess` of clusters revoked at ``rate_at(horizon_s)`` per second over runs that train
+    ``horizon_s`` seconds, read at the run it predicts (:func:`settle`); ``rate_at`` returns the
+    rates and the share of the run spent training. Returns the assessment and the rates it used."""
     used = {}
 
     def at(h):
-        used["rate"] = np.asarray(rate_at(h), float)
+        rate, share = rate_at(h)
+        used["rate"], used["share"] = np.asarray(rate, float), share
         return assess(work, thr, low, high, used["rate"], stall_mean_s, stall_sd_s, ckpt_s, **kwargs)
 
-    a = settle(at, work, thr)
+    a = settle(at, work, thr, trained=lambda: used["share"])
     return a, used["rate"]
 
 
