@@ -199,10 +199,11 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     # delay before its k-th renewal of a life plus a delay (the first node is up at the start):
     # revocations by t = renewals by t + delay.
     w = min(max(float(outage_share), 0.0), 1.0)
+    slot, up = slot_renewals(model, mean, mean_d), slot_renewals(model, mean, 0.0)
+    group = slot if w == 0.0 else up if w == 1.0 else slot_renewals(model, mean, (1.0 - w) * mean_d)
     return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=float(restart_sd_s),
-                      source=source, renewals=slot_renewals(model, mean, mean_d), notice_s=float(notice_s),
-                      outage_share=w, group_renewals=slot_renewals(model, mean, (1.0 - w) * mean_d),
-                      up_renewals=slot_renewals(model, mean, 0.0))
+                      source=source, renewals=slot, notice_s=float(notice_s), outage_share=w,
+                      group_renewals=group, up_renewals=up)
 
 
 def slot_renewals(model, mean_s: float, delay_s: float) -> tuple[np.ndarray, np.ndarray]:
