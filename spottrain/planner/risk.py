@@ -193,11 +193,8 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     replaced after ``restart_mean_s`` on average."""
     mean_d = float(restart_mean_s)
     mean = float(model.mean_lifetime_s())
-    # Two solves of the renewal equation, ~1 ms each: fine over the first hours (short runs, where
-    # young nodes' hazard matters most), coarse over RENEWAL_LIVES lives (past them M grows at its
-    # long-run rate, which rate_over extrapolates). A slot's k-th revocation comes one replacement
-    # delay before its k-th renewal of a life plus a delay (the first node is up at the start):
-    # revocations by t = renewals by t + delay.
+    # The slot's renewals over wall-clock time, over the time its group trains (no delay after an
+    # outage) and over a lone node's training (no delay at all): :meth:`Revocation.exposure_rate`.
     w = min(max(float(outage_share), 0.0), 1.0)
     slot, up = slot_renewals(model, mean, mean_d), slot_renewals(model, mean, 0.0)
     group = slot if w == 0.0 else up if w == 1.0 else slot_renewals(model, mean, (1.0 - w) * mean_d)
@@ -232,7 +229,6 @@ def wall_rate(exposed, stop_s) -> np.ndarray:
     renewal-reward model; the simulator of the same laws finishes it in 0.57 h on average."""
     x = np.asarray(exposed, float)
     return x / (1.0 + x * np.asarray(stop_s, float))
-
 
 
 def state_loss(spot, total_nodes: int, *, sync: bool = True) -> float:
