@@ -297,20 +297,21 @@ def settle(assess_at, work, thr, trained=None) -> "Assessment":
     return a
 
 
-def assess_settled(rate_at, work, thr, low, high, stall_mean_s, stall_sd_s, ckpt_s,
-                   **kwargs) -> tuple["Assessment", np.ndarray]:
+def assess_settled(rate_at, work, thr, low, high, stall_at, stall_sd_s, ckpt_s,
+                   **kwargs) -> tuple["Assessment", np.ndarray, np.ndarray]:
     """:func:`assess` of clusters revoked at ``rate_at(horizon_s)`` per second over runs that train
     ``horizon_s`` seconds, read at the run it predicts (:func:`settle`); ``rate_at`` returns the
-    rates and the share of the run spent training. Returns the assessment and the rates it used."""
+    rates and the share of the run spent training, ``stall_at(horizon_s)`` the mean stalls (the
+    waits that fall inside such runs). Returns the assessment and the rates and stalls it used."""
     used = {}
 
     def at(h):
         rate, share = rate_at(h)
-        used["rate"], used["share"] = np.asarray(rate, float), share
-        return assess(work, thr, low, high, used["rate"], stall_mean_s, stall_sd_s, ckpt_s, **kwargs)
+        used["rate"], used["share"], used["stall"] = np.asarray(rate, float), share, np.asarray(stall_at(h), float)
+        return assess(work, thr, low, high, used["rate"], used["stall"], stall_sd_s, ckpt_s, **kwargs)
 
     a = settle(at, work, thr, trained=lambda: used["share"])
-    return a, used["rate"]
+    return a, used["rate"], used["stall"]
 
 
 def next_horizon_s(h, run_s):
