@@ -24,7 +24,6 @@ from spottrain.planner.candidates import Candidate
 from spottrain.types import ClusterGroup, ClusterSpec
 
 
-
 def waited_s(delay_s, run_s):
     """The part of a replacement delay ``delay_s`` that falls inside a run of ``run_s`` seconds, for
     a revocation at a uniform time of the run: ``E[min(delay, rest)]`` with the rest uniform on
@@ -217,9 +216,9 @@ def assess_cluster(spot: Sequence[tuple[int, Any]], total_nodes: int, work, thr:
     q = risk.state_loss(spot, total_nodes, sync=sync) if state_loss is None else state_loss
     notice = min((rev.notice_s for _, rev in spot), default=math.inf)
 
-    kinds = [exposure_kind(n, total_nodes, None if lost is None else lost[k][1]) for k, (n, _rev) in enumerate(spot)]
-    stops = [float(cluster_stop_s(rev, n, total_nodes, None if lost is None else lost[k][1], sync=sync))
-             for k, (n, rev) in enumerate(spot)]
+    outages = [None] * len(spot) if lost is None else [o for _s, o in lost]
+    kinds = [exposure_kind(n, total_nodes, o) for (n, _rev), o in zip(spot, outages)]
+    stops = [float(cluster_stop_s(rev, n, total_nodes, o, sync=sync)) for (n, rev), o in zip(spot, outages)]
     trained = {"share": 1.0}
 
     def at(run):
@@ -323,7 +322,8 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     kind_m = np.zeros(len(keys), dtype=int)
     if len(cands):
         np.maximum.at(kind_m, kind_of, limits)
-    thr, lo, hi, bott, revs, smean, ssd, kn, work, work_sd, lose, notice, stops, singles = ([] for _ in range(14))
+    sync = job.sync == "sync"
+    thr, lo, hi, bott, revs, ssd, kn, work, work_sd, lose, notice, stops, singles = ([] for _ in range(13))
     for (cloud, gpu, g, net, spot), k in keys.items():
         m = int(kind_m[k])
         if m < 1:
@@ -343,9 +343,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             # the survivors of a single revocation train at n - 1 nodes' throughput
             single = np.ones(m)
             single[1:] = lost_share(t[:m - 1], t[1:m])
-            sync = job.sync == "sync"
             singles.append(single)
-            smean.append(revocation_stall_s(rev, n, n, single, 1.0, sync=sync))
             stops.append(cluster_stop_s(rev, n, n, 1.0, sync=sync))
             ssd.append(rev.restart_sd_s * single)
             lose.append(rev.model_loss(n) if sync else 1.0 / n)  # risk.state_loss of n nodes of one market
@@ -354,7 +352,6 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             revs.append(None)
             stops.append(None)
             singles.append(None)
-            smean.append(np.full(m, REGROUP_S))
             ssd.append(np.zeros(m))
             lose.append(np.zeros(m))
             notice.append(np.full(m, math.inf))
@@ -368,10 +365,9 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         and the share of the run spent training (a lone node, and a group's outage, halt it)."""
         out, share = np.zeros(len(horizon)), np.ones(len(horizon))
         for rev, stop, a, b in zip(revs, stops, seg[:-1], seg[1:]):
-            if rev is not None:
-                n = n_k[a:b]
-                x = n * np.where(n == 1, rev.exposure_rate(horizon[a:b], "up"),
-                                 rev.exposure_rate(horizon[a:b], "group"))
+            if rev is not None:  # each kind's columns are 1..m nodes: the first a lone node
+                x = n_k[a:b] * rev.exposure_rate(horizon[a:b], "group")
+                x[0] = rev.exposure_rate(horizon[a], "up")
                 out[a:b] = risk.wall_rate(x, stop)
                 share[a:b] = 1.0 / (1.0 + x * stop)
         return out, share
@@ -379,11 +375,10 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     def stall_at(horizon: np.ndarray) -> np.ndarray:
         """Every column's mean stall per revocation, the waits that others train through counted
         within runs that train ``horizon`` seconds (:func:`waited_s`)."""
-        out = cat(smean).copy()
+        out = np.full(len(horizon), REGROUP_S)  # on demand: a re-form only
         for rev, single, a, b in zip(revs, singles, seg[:-1], seg[1:]):
             if rev is not None:
-                out[a:b] = revocation_stall_s(rev, n_k[a:b], n_k[a:b], single, 1.0, sync=job.sync == "sync",
-                                              run_s=horizon[a:b])
+                out[a:b] = revocation_stall_s(rev, n_k[a:b], n_k[a:b], single, 1.0, sync=sync, run_s=horizon[a:b])
         return out
 
     a, rate_k, stall_k = risk.assess_settled(rate_at, cat(work), thr_k, cat(lo), cat(hi), stall_at, cat(ssd),

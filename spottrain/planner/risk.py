@@ -107,12 +107,12 @@ class Revocation:
     outage_share: float = 0.0
     """Share of the node's revocations that take every node of its group at once (a market-wide
     drop: :func:`spottrain.transience.group_outage`); the rest strike nodes independently."""
-    group_renewals: tuple[np.ndarray, np.ndarray] | None = None
+    group_renewals: tuple[np.ndarray, np.ndarray]
     """(t, M(t)) over the time a group of this market's nodes alone trains: a slot stands empty for
     the replacement delay after a single revocation (the others train on), not after an outage
     (the whole group waits, and nothing trains or is revoked): the renewal function with a delay of
     ``(1 - outage_share)`` x the replacement delay (:meth:`exposure_rate`)."""
-    up_renewals: tuple[np.ndarray, np.ndarray] | None = None
+    up_renewals: tuple[np.ndarray, np.ndarray]
     """(t, M(t)) over the time a lone node trains: the lifetimes' own renewal function (no delay:
     its job, and its exposure, stop while its slot stands empty)."""
 
@@ -122,14 +122,11 @@ class Revocation:
         wall-clock renewals, :meth:`rate_over`), ``"group"`` a node of a group of this market alone
         (its outages stop the group), ``"up"`` a lone node. :func:`wall_rate` turns it into
         revocations per second of the run, whose stops expose nobody."""
-        if kind == "slot" or (kind == "group" and self.group_renewals is None):
+        if kind == "slot":
             return self.rate_over(horizon_s)
         curve = self.up_renewals if kind == "up" else self.group_renewals
         delay = 0.0 if kind == "up" else (1.0 - self.outage_share) * self.restart_mean_s
-        t, M = curve
-        h = np.maximum(np.asarray(horizon_s, float), t[1])
-        beyond = M[-1] + (h - t[-1]) / (1.0 / max(self.rate_per_s, 1e-30) + delay)
-        return np.where(h <= t[-1], np.interp(h, t, M), beyond) / h
+        return _per_second(curve, 1.0 / (1.0 / max(self.rate_per_s, 1e-30) + delay), horizon_s)
 
     def rate_over(self, horizon_s) -> np.ndarray:
         """Revocations per node-second over a run of ``horizon_s`` seconds: M(T) / T.
@@ -139,10 +136,7 @@ class Revocation:
         azure T4 spot sees ~4x the revocations its 7.2 h mean lifetime implies (0.18 against 0.05 a
         node), a 16 h run about as many. Beyond the solved span, M grows at the long-run rate
         1 / (mean lifetime + replacement delay)."""
-        t, M = self.renewals
-        h = np.maximum(np.asarray(horizon_s, float), t[1])
-        beyond = M[-1] + (h - t[-1]) * self.long_run_rate
-        return np.where(h <= t[-1], np.interp(h, t, M), beyond) / h
+        return _per_second(self.renewals, self.long_run_rate, horizon_s)
 
     @property
     def long_run_rate(self) -> float:
@@ -171,6 +165,15 @@ class Revocation:
         tail = np.minimum.accumulate(rates[::-1])[::-1]  # min over t_j >= t_i, and beyond
         i = np.searchsorted(t, np.asarray(horizon_s, float), side="left")
         return np.minimum(tail[np.minimum(i, len(t))], self.rate_over(horizon_s))
+
+
+def _per_second(curve: tuple[np.ndarray, np.ndarray], long_run: float, horizon_s) -> np.ndarray:
+    """M(T) / T of a renewal curve ``(t, M(t))`` at ``horizon_s``; beyond the solved span M grows at
+    ``long_run`` per second."""
+    t, M = curve
+    h = np.maximum(np.asarray(horizon_s, float), t[1])
+    beyond = M[-1] + (h - t[-1]) * long_run
+    return np.where(h <= t[-1], np.interp(h, t, M), beyond) / h
 
 
 @lru_cache(maxsize=1024)
