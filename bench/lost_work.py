@@ -70,7 +70,9 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, runt
                      zone=zone, sync="sync" if sync else "async", ps=0 if sync else 1)
     rev = risk.revocation(cloud, gpu)
     p = plan.prediction
-    q = risk.state_loss([(nodes, rev)], nodes, sync=sync) if keep else 1.0
+    # Checkpoint-restart loses the work since the checkpoint at every revocation, once for all the
+    # nodes an outage takes: per node revoked, 1 - w (1 - 1/n).
+    q = risk.state_loss([(nodes, rev)], nodes, sync=sync) if keep else 1.0 - rev.outage_share * (1.0 - 1.0 / nodes)
     # the survivors of a revocation train at n - 1 nodes' throughput, the simulator's (perf model)
     f, _ = throughput_function(plan)
     single = float(lost_share(f(membership_key([(gpu, 1, nodes - 1)])), f(membership_key([(gpu, 1, nodes)]))))

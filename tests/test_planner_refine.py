@@ -247,25 +247,19 @@ def test_front_candidates_do_not_depend_on_the_swept_pareto_front():
         assert not ((cols.time_mean_s < t * (1 - 1e-9)) & (cost < c * (1 - 1e-9))).any(), p.label
 
 
-def test_a_plan_simulated_on_sampled_lifetimes_says_which_outages_it_leaves_out():
-    """Sampled lifetimes revoke a plan's nodes one at a time; a spot group of several nodes of a
-    market whose traces show outages that take whole groups (AWS: most revocations) says that
-    those count in the analytical figures only. A lone node, an on-demand group and a type replayed
-    on its own traces say nothing."""
-    import dataclasses
-
+def test_a_type_without_traces_is_simulated_with_its_cloud_s_outages():
+    """A spot type no trace replays is simulated on its fitted lifetimes, whose outages take its whole
+    group as often as the cloud's traces of several nodes show (AWS: most revocations), and the
+    candidate's availability says so."""
     from sim_plans import make_plan
-    from spottrain.planner.refine import _outage_notes
+    from spottrain.planner.refine import _Availability
+    from spottrain.sim.setup import SimParams
     from spottrain.transience import group_outage
 
     two = make_plan(nodes=2, cloud="aws", gpu="H200", instance_type="p5en.48xlarge", zone="use1-az1",
                     region="us-east-1")
     share = group_outage("aws", "H200").share
     assert share > 0.5
-    (note,) = _outage_notes(two, ["p5en.48xlarge"])
-    assert note.startswith("p5en.48xlarge:") and f"{share:.0%} of aws H200 revocations" in note
-    assert _outage_notes(two, []) == []  # replayed on traces, which hold their outages
-    one = dataclasses.replace(two, groups=(dataclasses.replace(two.groups[0], count=1),))
-    assert _outage_notes(one, ["p5en.48xlarge"]) == []
-    od = dataclasses.replace(two, groups=(dataclasses.replace(two.groups[0], spot=False),))
-    assert _outage_notes(od, ["p5en.48xlarge"]) == []
+    src, desc = _Availability(None, (), SimParams())(two)
+    assert src.outage_share == pytest.approx(share)
+    assert desc.startswith("no trace of p5en.48xlarge") and f"{share:.0%} of revocations take the node's whole group" in desc

@@ -644,8 +644,8 @@ def refine(
                         f"; confidence {certainty:.1%} that the chosen plan is the best one meeting the request"))
     fallback = tuple(sorted(k for k, v in avail.pools.items() if not v))
     if fallback:
-        notes.append("no trace of " + ", ".join(fallback) + ": simulated on the fitted lifetime model")
-        notes.extend(_outage_notes(best.plan, fallback))
+        notes.append("no trace of " + ", ".join(fallback) + ": simulated on the fitted lifetime model, with the "
+                     "outages that take a whole group as often as the cloud's traces of several nodes show them")
     if dominated:
         notes.append(f"{dominated} spot candidates dropped: even without revocations they cost more than "
                      "the cheapest on-demand plan that meets the deadline")
@@ -663,20 +663,6 @@ def refine(
                       traces={k: v for k, v in avail.pools.items()}, model_fallback=fallback,
                       excluded=tuple(exclude), notes=tuple(notes), seconds=seconds, timed_out=timed_out,
                       confidence_chosen=certainty, total_runs=race.total_runs, first_runs=first)
-
-
-def _outage_notes(plan: Plan, sampled: Sequence[str]) -> list[str]:
-    """What sampled lifetimes leave out of a plan's simulation: they revoke its nodes one at a time,
-    where a market's outages take a whole group at once (its measured share of revocations), which
-    only the analytical model counts."""
-    out = []
-    for g in plan.groups:
-        share = group_outage(g.cloud, g.gpu).share if g.spot and g.count > 1 and g.instance_type in sampled else 0.0
-        if share > 0:
-            out.append(f"{g.instance_type}: the simulation's sampled lifetimes revoke nodes one at a time; the outages "
-                       f"that take a whole group ({share:.0%} of {g.cloud} {g.gpu} revocations in traces of several "
-                       "nodes) are in the analytical model's figures only")
-    return out
 
 
 def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, runs: int, seed: int,

@@ -244,13 +244,15 @@ class JobRun:
         if t.spot:
             rev, slots, _ = self.run_markets.market(t.market)
             node.slot = heapq.heappop(slots) if slots else self.s.spot_nodes
-            node.acq = rev.acquire_time(now, node.slot)
+            node.acq = rev.acquire_time(now, node.slot, group=(t.instance_type, t.zone))
             delay = self.run_markets.delay_s(t)
             if rev.kind != "trace" and self.s.params.startup_s is None:
                 # A sampled replacement delay is a wait for capacity (no node yet: nothing billed,
-                # nothing to revoke) and then a start-up. The plan's own nodes start at once.
+                # nothing to revoke) and then a start-up. The plan's own nodes start at once; a
+                # market without capacity after an outage (acquire_time later than now) makes its
+                # group wait once, together.
                 wait, delay = replacement_wait(delay, vm_startup_s(t.cloud))
-                if not node.first:
+                if not node.first and node.acq == now:
                     node.acq += float(wait)
                 delay = float(delay)
         else:
@@ -270,7 +272,8 @@ class JobRun:
         self.billed[node.id] = node
         self.cost_rate += self._price_of(node.type) / 3600.0
         if node.type.spot:
-            rv = self.run_markets.market(node.type.market)[0].revoke_time(now, node.slot)
+            t = node.type
+            rv = self.run_markets.market(t.market)[0].revoke_time(now, node.slot, group=(t.instance_type, t.zone))
             if node.type.cloud == "gcp":
                 rv = min(rv, now + GCP_PREEMPTIBLE_CAP_S)
             node.revoke_at = max(rv, now)

@@ -310,7 +310,7 @@ class RunMarkets:
         rev, slots, _ = self.market(t.market)
         src = self.markets.source(t.market) if t.market else self.main_source
         slot = slots[0] if slots else self.slots
-        if rev.acquire_time(now, slot) > now:
+        if rev.acquire_time(now, slot, group=(t.instance_type, t.zone)) > now:
             return 0.0
         return float(getattr(src, "mean_up_fraction", 1.0))
 

@@ -230,6 +230,8 @@ class _Batch:
             else:
                 self.kind = "model"
                 self.life = src
+                # per run: when its group's current outage strikes, and when capacity is back after it
+                self.outage_at, self.back_at = np.full(R, -INF), np.full(R, -INF)
                 if fixed is None:
                     self.delay_fn = replacement_sampler(t.cloud, t.gpu, True)[0]
         # deadline policy constants (uniform progress on the on-demand fallback)
@@ -246,21 +248,43 @@ class _Batch:
         self._pools: dict[str, tuple[np.ndarray, int]] = {}
 
     # ------------------------------------------------------------ sources
-    def _acquire(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """When slots ``j`` of runs ``r``, requested at ``t``, are granted (inf: never)."""
-        if self.kind != "trace":
-            return t.copy()
-        return self._trace_event(r, j, t, _next_up)
+    def _acquire(self, r: np.ndarray, j: np.ndarray, t: np.ndarray, wait: np.ndarray) -> np.ndarray:
+        """When slots ``j`` of runs ``r``, requested at ``t`` with their own waits for capacity
+        ``wait``, are granted (inf: never). After an outage a group waits once, together
+        (sources.LifetimeRun)."""
+        if self.kind == "trace":
+            return self._trace_event(r, j, t, _next_up) + wait
+        if self.kind == "model" and self.life.outage_share > 0.0:
+            run = self.st["idx"][r]
+            strike, back = self.outage_at[run], self.back_at[run]
+            return np.where((strike <= t) & (t < back), back, t + wait)
+        return t + wait
 
     def _revoke(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
         """When slots ``j`` of runs ``r``, granted at ``t``, are revoked (inf: never)."""
         if self.kind == "none":
             return np.full(len(r), INF)
         if self.kind == "model":
-            life = self._draw("life", len(r), lambda n: self.life.sample(n, self.rng))
+            life = self._draw("life", len(r), lambda n: self.life.own(n, self.rng))
             if self.life.cap_s is not None:
                 life = np.minimum(life, self.life.cap_s)
-            return t + life
+            if self.life.outage_share == 0.0:
+                return t + life
+            # The group's outage (sources.LifetimeRun): the run's first node granted since its last
+            # outage starts the outage's clock.
+            run = self.st["idx"][r]
+            end = self.outage_at[run]
+            fresh = t >= end
+            if fresh.any():
+                start = np.full(self.R, INF)
+                np.minimum.at(start, run[fresh], t[fresh])
+                runs = np.nonzero(start < INF)[0]
+                self.outage_at[runs] = start[runs] + self._draw("outage", runs.size,
+                                                                lambda n: self.life.outages(n, self.rng))
+                self.back_at[runs] = self.outage_at[runs] + self._draw("outage wait", runs.size,
+                                                                       lambda n: self.life.waits(n, self.rng))
+                end = self.outage_at[run]
+            return np.where(t < end, np.minimum(t + life, end), t + life)
         return self._trace_event(r, j, t, _next_down)
 
     def _trace_event(self, r: np.ndarray, j: np.ndarray, t: np.ndarray, index: Any) -> np.ndarray:
@@ -328,7 +352,7 @@ class _Batch:
         if N:
             rr, jj = np.nonzero(np.ones((R, N), dtype=bool))
             wait, st["delay"][rr, jj] = self._delays(rr.size, initial=True)
-            acq = self._acquire(rr, jj, np.zeros(rr.size)) + wait
+            acq = self._acquire(rr, jj, np.zeros(rr.size), wait)
             st["t_grant"][rr, jj] = np.where(acq > horizon, INF, acq)
         st["t_nodes"] = np.full(R, INF)
         if N:
@@ -534,7 +558,7 @@ class _Batch:
         st["ns"][rr, jj] = WAIT
         st["gang"][rr, jj] = gang
         wait, st["delay"][rr, jj] = self._delays(rr.size)
-        acq = self._acquire(rr, jj, st["now"][rr]) + wait
+        acq = self._acquire(rr, jj, st["now"][rr], wait)
         st["t_grant"][rr, jj] = np.where(acq > horizon, INF, acq)
         st["t_boot"][rr, jj] = INF
         st["t_not"][rr, jj] = INF

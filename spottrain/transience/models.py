@@ -156,12 +156,18 @@ class LifetimeModel:
         s = self.survival(grid)
         return float(np.trapezoid(s, grid))
 
-    def sample(self, n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
-        """``n`` lifetimes (s) drawn from the fitted law (inverse transform; clipped to the cap)."""
+    def sample(self, n: int, rng: np.random.Generator | int | None = None, hazard_share: float = 1.0) -> np.ndarray:
+        """``n`` lifetimes (s) drawn from the fitted law (inverse transform; clipped to the cap).
+
+        ``hazard_share`` s draws from the law whose hazard is s x the fitted one (survival S^s): one
+        of two competing causes that split the fitted hazard, the earlier of the two following the
+        fitted law exactly (a node's own revocations and its group's outages, :mod:`spottrain.sim.sources`)."""
         self._check()
+        if not 0.0 < hazard_share <= 1.0:
+            raise ValueError(f"hazard_share must be in (0, 1], got {hazard_share}")
         rng = np.random.default_rng(rng)
-        # S(T) = U  <=>  H(T) = -log U
-        target = -np.log(rng.uniform(size=int(n)))
+        # S(T)^s = U  <=>  H(T) = -log(U) / s
+        target = -np.log(rng.uniform(size=int(n))) / hazard_share
         return self._inverse_cumhaz(target)
 
     def _inverse_cumhaz(self, target: np.ndarray) -> np.ndarray:

@@ -168,9 +168,9 @@ class FittedLifetime:
         """Expected lifetime of a fresh node (s), cap included."""
         return self.model.mean_lifetime_s()
 
-    def sample(self, n: int, rng=None) -> np.ndarray:
-        """``n`` lifetimes in seconds."""
-        return self.model.sample(n, rng)
+    def sample(self, n: int, rng=None, hazard_share: float = 1.0) -> np.ndarray:
+        """``n`` lifetimes in seconds (``hazard_share``: :meth:`LifetimeModel.sample`)."""
+        return self.model.sample(n, rng, hazard_share)
 
     def table(self) -> list[dict]:
         """One row per model: loglik, AIC, parameters, whether it was chosen."""
