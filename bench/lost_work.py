@@ -90,7 +90,7 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, runt
             "time_h": float(a.time_mean_s[0]) / 3600.0, "sim_time_h": float(s.makespan_h.mean)}
 
 
-SHORT_RUNS = 2000
+SHORT_RUNS = 8000
 SHORT_MARKETS = (("aws", "L4", "g6.xlarge", "us-east-1a"), ("aws", "T4", "g4dn.xlarge", "us-east-1c"),
                  ("aws", "V100", "p3.2xlarge", "us-west-2b"), ("gcp", "V100", "n1-standard-8+V100", "us-east1-c"))
 SHORT_HOURS = (0.15, 0.5, 2.0)

@@ -268,11 +268,17 @@ class JobRun:
         if node.gone or self.done.triggered:
             return
         now = self.env.now
+        t = node.type
+        if t.spot:
+            rev = self.run_markets.market(t.market)[0]
+            back = rev.acquire_time(now, node.slot, group=(t.instance_type, t.zone))
+            if rev.kind == "model" and back > now:  # requested before its group's outage: granted once capacity is back
+                self._at(back, "grant", (node, delay))
+                return
         self._bill()
         self.billed[node.id] = node
         self.cost_rate += self._price_of(node.type) / 3600.0
-        if node.type.spot:
-            t = node.type
+        if t.spot:
             rv = self.run_markets.market(t.market)[0].revoke_time(now, node.slot, group=(t.instance_type, t.zone))
             if node.type.cloud == "gcp":
                 rv = min(rv, now + GCP_PREEMPTIBLE_CAP_S)

@@ -20,7 +20,7 @@ of GCP preemptible VMs (independent lifetimes) are replayed this way, by bootstr
 market's traces show revocations that take a whole group at once (a share ``w`` of a node's
 revocations, :func:`spottrain.transience.group_outage`), a node's fitted hazard is split between
 two competing causes: its own revocation (hazard ``(1 - w) h``) and its group's outage (hazard
-``w h``, one clock per group, started by the first node granted after the group's last outage and
+``w h``, one clock per group, started by the first node granted while the group stands empty and
 striking every node of the group then up). A node's lifetime still follows the fitted law, and
 a share ``w`` of its revocations come in outages, as the planner counts them
 (:class:`spottrain.planner.risk.Revocation`). After an outage the market has no capacity for one
@@ -221,17 +221,28 @@ class LifetimeSource:
         return LifetimeRun(self, rng)
 
 
+@dataclass
+class _Generation:
+    """A group's nodes since it last stood empty: when its outage strikes, when capacity is back
+    after it, the last revocation handed to its nodes so far, and whether the outage struck any."""
+
+    strike: float
+    back: float
+    last: float = -INF
+    struck: bool = False
+
+
 class LifetimeRun(RunRevocations):
     kind = "model"
 
     def __init__(self, src: LifetimeSource, rng: np.random.Generator) -> None:
         self.src, self.rng = src, rng
         self._pool: list[float] = []
-        self._outage: dict[Any, tuple[float, float]] = {}  # group -> (its outage strikes, capacity is back)
+        self._groups: dict[Any, _Generation] = {}
 
     def acquire_time(self, t: float, slot: int, group: Any = None) -> float:
-        strike, back = self._outage.get(group, (INF, INF))
-        return back if strike <= t < back else t
+        g = self._groups.get(group)
+        return g.back if g is not None and g.struck and g.strike <= t < g.back else t
 
     def revoke_time(self, t: float, slot: int, group: Any = None) -> float:
         if not self._pool:
@@ -241,11 +252,13 @@ class LifetimeRun(RunRevocations):
             life = min(life, self.src.cap_s)
         if self.src.outage_share == 0.0:
             return t + life
-        end = self._outage.get(group, (-INF, -INF))[0]
-        if t >= end:  # the group's first node since its last outage starts the outage's clock
-            end = t + float(self.src.outages(1, self.rng)[0])
-            self._outage[group] = (end, end + float(self.src.waits(1, self.rng)[0]))
-        return min(t + life, end)
+        g = self._groups.get(group)
+        if g is None or t >= g.last:  # every node of the group is gone: a fresh outage clock
+            strike = t + float(self.src.outages(1, self.rng)[0])
+            g = self._groups[group] = _Generation(strike, strike + float(self.src.waits(1, self.rng)[0]))
+        rv = min(t + life, g.strike)
+        g.last, g.struck = max(g.last, rv), g.struck or rv == g.strike
+        return rv
 
 
 # ---------------------------------------------------------------- construction

@@ -230,8 +230,10 @@ class _Batch:
             else:
                 self.kind = "model"
                 self.life = src
-                # per run: when its group's current outage strikes, and when capacity is back after it
-                self.outage_at, self.back_at = np.full(R, -INF), np.full(R, -INF)
+                # per run, its group since it last stood empty (sources.LifetimeRun): when its outage
+                # strikes, when capacity is back after it, the last revocation handed out, whether it struck
+                self.outage_at, self.back_at, self.last_rv = np.full(R, -INF), np.full(R, -INF), np.full(R, -INF)
+                self.struck = np.zeros(R, dtype=bool)
                 if fixed is None:
                     self.delay_fn = replacement_sampler(t.cloud, t.gpu, True)[0]
         # deadline policy constants (uniform progress on the on-demand fallback)
@@ -257,7 +259,7 @@ class _Batch:
         if self.kind == "model" and self.life.outage_share > 0.0:
             run = self.st["idx"][r]
             strike, back = self.outage_at[run], self.back_at[run]
-            return np.where((strike <= t) & (t < back), back, t + wait)
+            return np.where(self.struck[run] & (strike <= t) & (t < back), back, t + wait)
         return t + wait
 
     def _revoke(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -273,8 +275,7 @@ class _Batch:
             # The group's outage (sources.LifetimeRun): the run's first node granted since its last
             # outage starts the outage's clock.
             run = self.st["idx"][r]
-            end = self.outage_at[run]
-            fresh = t >= end
+            fresh = t >= self.last_rv[run]  # every node of the run's group is gone: a fresh outage clock
             if fresh.any():
                 start = np.full(self.R, INF)
                 np.minimum.at(start, run[fresh], t[fresh])
@@ -283,8 +284,12 @@ class _Batch:
                                                                 lambda n: self.life.outages(n, self.rng))
                 self.back_at[runs] = self.outage_at[runs] + self._draw("outage wait", runs.size,
                                                                        lambda n: self.life.waits(n, self.rng))
-                end = self.outage_at[run]
-            return np.where(t < end, np.minimum(t + life, end), t + life)
+                self.last_rv[runs], self.struck[runs] = -INF, False
+            end = self.outage_at[run]
+            rv = np.minimum(t + life, end)
+            np.maximum.at(self.last_rv, run, rv)
+            self.struck[run[rv == end]] = True
+            return rv
         return self._trace_event(r, j, t, _next_down)
 
     def _trace_event(self, r: np.ndarray, j: np.ndarray, t: np.ndarray, index: Any) -> np.ndarray:
@@ -574,6 +579,14 @@ class _Batch:
     def _grants(self, rr: np.ndarray, jj: np.ndarray) -> None:
         st = self.st
         now = st["now"][rr]
+        if self.kind == "model" and self.life.outage_share > 0.0:
+            # a node requested before its group's outage is granted only once capacity is back
+            run = st["idx"][rr]
+            out = self.struck[run] & (self.outage_at[run] <= now) & (now < self.back_at[run])
+            if out.any():
+                back = self.back_at[run[out]]
+                st["t_grant"][rr[out], jj[out]] = np.where(back > self.s.horizon_s, INF, back)
+                rr, jj, now = rr[~out], jj[~out], now[~out]
         st["ns"][rr, jj] = BOOT
         st["t_grant"][rr, jj] = INF
         np.add.at(st["crate"], rr, self.price)
