@@ -16,9 +16,11 @@ is set against the mean of the simulator's runs with lifetimes drawn from the sa
 server (``sync="async"``): a lost worker re-forms nothing and takes only the throughput it added,
 and the job rolls back only with the chief worker (``state_loss(..., sync=False)``: 1 / N).
 
-The simulator draws nodes independently; where a market's traces show outages that empty the
-whole group (``group_outage``, AWS V100 0.67), the planner counts them and the simulation of
-sampled lifetimes does not: those rows are expected to differ, and say so.
+Where a market's traces show outages that empty the whole group (``group_outage``, AWS V100 0.67),
+both count them: the simulator's sampled lifetimes split a node's hazard between its own revocation
+and its group's outage, after which the group waits once for capacity. The expected cost is set
+against the simulator's too: a spot node is billed from its grant to its revocation, so the slots
+revoked nodes leave empty while a replacement is awaited bill nothing (``planner.columns.billed_rate``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from _machine import machine  # noqa: E402
 from _pages import write_page  # noqa: E402
 from sim_plans import make_plan  # noqa: E402
 from spottrain.planner import risk  # noqa: E402
-from spottrain.planner.columns import assess_cluster, lost_share  # noqa: E402
+from spottrain.planner.columns import assess_cluster, billed_rate, empty_s, lost_share  # noqa: E402
 from spottrain.sim.markets import membership_key, throughput_function  # noqa: E402
 from spottrain.sim.montecarlo import simulate  # noqa: E402
 from spottrain.sim.setup import SimParams  # noqa: E402
@@ -82,12 +84,17 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, runt
     params = SimParams(checkpoint_cost_s=CHECKPOINT_S, keep_state=keep, horizon_s=HORIZON_S)
     res = simulate(plan, model=True, policies=["replace-same"], runs=runs, seed=0, params=params)
     s = res.summaries[0]
+    node = plan.groups[0].price_usd_per_hour
+    time_s = float(a.time_mean_s[0])
+    rate = float(billed_rate(nodes * node, time_s, [(a.revocations[0], node, empty_s(rev, nodes, nodes, 1.0, run_s=time_s))]))
     lost = np.array([r.lost_work_s for r in res.results["replace-same"]])
     sim_mean, sim_se = float(lost.mean()), float(lost.std(ddof=1) / np.sqrt(len(lost)))
     return {"q": q, "interval_s": float(a.interval_s[0]), "analytical_h": float(a.lost_work_s[0]) / 3600.0,
             "simulated_h": sim_mean / 3600.0, "se_h": sim_se / 3600.0,
             "revocations": float(a.revocations[0]), "sim_revocations": float(s.revocations.mean),
-            "time_h": float(a.time_mean_s[0]) / 3600.0, "sim_time_h": float(s.makespan_h.mean)}
+            "time_h": float(a.time_mean_s[0]) / 3600.0, "sim_time_h": float(s.makespan_h.mean),
+            "cost": rate * time_s / 3600.0, "held_cost": nodes * node * time_s / 3600.0,
+            "sim_cost": float(np.mean([r.cost_usd for r in res.results["replace-same"]]))}
 
 
 SHORT_RUNS = 8000
@@ -131,10 +138,11 @@ def main() -> None:
     t0 = time.time()
     rows = ["| market | nodes | outage share (planner) | runtime | P(revocation loses the model) | interval | "
             "revocations: planner / simulated | lost work, planner (h) | lost work, simulated (h) | planner / simulated | "
-            "run time (h): planner / simulated |",
-            "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+            "run time (h): planner / simulated | cost ($): planner / simulated (every hour of the run billed) |",
+            "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     ratios = {k: [] for k in RUNTIMES}
     times = {k: [] for k in RUNTIMES}
+    costs, held = [], []
     for cloud, gpu, itype, zone in MARKETS:
         w = group_outage(cloud, gpu).share
         for n in NODES:
@@ -144,11 +152,14 @@ def main() -> None:
                 if w == 0 and r["simulated_h"] > 0:
                     ratios[runtime].append(ratio)
                 times[runtime].append(r["time_h"] / r["sim_time_h"])
+                costs.append(r["cost"] / r["sim_cost"])
+                held.append(r["held_cost"] / r["sim_cost"])
                 rows.append(
                     f"| {cloud} {gpu} | {n} | {w:.2f} | {label} | "
                     f"{r['q']:.3g} | {r['interval_s']:.0f} s | {r['revocations']:.1f} / {r['sim_revocations']:.1f} | "
                     f"{r['analytical_h']:.3f} | {r['simulated_h']:.3f} +- {r['se_h']:.3f} | {ratio:.2f} | "
-                    f"{r['time_h']:.2f} / {r['sim_time_h']:.2f} |")
+                    f"{r['time_h']:.2f} / {r['sim_time_h']:.2f} | {r['cost']:.2f} / {r['sim_cost']:.2f} "
+                    f"({r['held_cost']:.2f}) |")
                 print(rows[-1], flush=True)
 
     def spread(xs):
@@ -162,21 +173,26 @@ def main() -> None:
         f"Machine: {machine()}; took {time.time() - t0:.0f} s; {args.runs} runs per row.", "",
         f"Plans of {HOURS:g} h failure-free training at 400 samples/s per node, checkpoint {CHECKPOINT_S:g} s at the "
         "interval the planner's model sets for the runtime, policy replace-same (checkpoints on a notice). "
-        "Simulated: lifetimes drawn from the same fitted laws, every node independently, replaced after the "
-        "cloud's fitted delay; mean over the runs +- its standard error.", "",
+        "Simulated: lifetimes drawn from the same fitted laws (a node's own revocations and its group's outages, "
+        "in the market's measured share), replaced after the cloud's fitted delay (after an outage, one wait for "
+        "the whole group); mean over the runs +- its standard error. Cost at the plan's price of $"
+        f"{make_plan(nodes=1).groups[0].price_usd_per_hour:.3f}/h a node (a fixture): the planner's expected cost (its mean billed rate x its expected time) against the "
+        "simulator's mean bill, and in brackets the cost as it was before the empty slots were taken off (every "
+        "node billed for every hour of the run).", "",
         *rows, "",
         f"On the markets without measured group outages (share 0), planner / simulated lost work: survivors keep "
         f"the model {spread(ratios['keep'])}; checkpoint-restart {spread(ratios['restart'])}; async PS "
         f"{spread(ratios['async'])}. Run time, planner / simulated, every market: survivors keep the model "
         f"{spread(times['keep'])}; checkpoint-restart {spread(times['restart'])}; async PS {spread(times['async'])} "
-        f"(the planner's time counts {risk.JOB_SETUP_S:g} s of job set-up the simulator does not).", "",
+        f"(the planner's time counts {risk.JOB_SETUP_S:g} s of job set-up the simulator does not). Cost, planner / "
+        f"simulated, every row: {spread(costs)}; billed for every hour of the run: {spread(held)}.", "",
         "## Short runs", "",
         f"One and four spot nodes (survivors keep the model), {SHORT_RUNS:,} simulated runs a row: the run time the "
         "planner predicts against the simulator's mean +- its standard error (the waits for a replacement are "
         "heavy-tailed). A lone node's job stops while its slot stands empty, and nothing can be revoked then "
         "(`risk.Revocation.exposure_rate`, `risk.wall_rate`); four nodes train on through a single revocation's "
-        "wait, which counts only within the run (`planner.columns.waited_s`). The simulator draws no outages: on "
-        "AWS (outage share > 0) the 4-node rows differ by what the planner counts of them.", "",
+        "wait, which counts only within the run (`planner.columns.waited_s`), and an outage of the whole group is "
+        "waited out in full, in both.", "",
         *short, "",
     ]
     print("\n".join(lines[-2:]))

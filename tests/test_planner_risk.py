@@ -408,3 +408,47 @@ def test_a_wait_that_others_train_through_counts_only_within_the_run():
     # the whole wait at every revocation, at the 9-minute run's rate: revocations faster than it recovers
     first = float(np.ravel(risk.horizon_s(400.0 * n * 540, 400.0 * n))[0])
     assert n * float(rev.rate_over(first)) * float(revocation_stall_s(rev, n, n, 1.0 / n, 1.0)) >= 1.0
+
+
+def test_a_spot_plan_pays_for_its_nodes_not_for_its_waits():
+    """A cloud bills a spot node from its grant to its revocation: the slot a revoked node leaves
+    bills nothing while its replacement is awaited. 1, 4 and 16 AWS V100 spot nodes (waits of 1.9 h
+    on average, two thirds of revocations in outages of the whole group), 8 h of training: the
+    planner's expected cost is within 8 % of the simulator's mean over lifetimes drawn from the same
+    laws. Billed for every hour of the run it was 1.5-1.7x the simulator's; a market with short waits
+    (GCP V100, 11 minutes) barely moves."""
+    import dataclasses
+
+    from sim_plans import make_plan
+    from spottrain.planner.columns import assess_cluster, billed_rate, empty_s, lost_share
+    from spottrain.sim.markets import membership_key, throughput_function
+    from spottrain.sim.montecarlo import simulate
+    from spottrain.sim.setup import SimParams
+
+    for cloud, gpu, itype, zone, sizes in (("aws", "V100", "p3.2xlarge", "us-west-2b", (1, 4, 16)),
+                                           ("gcp", "V100", "n1-standard-8+V100", "us-east1-c", (4,))):
+        rev = risk.revocation(cloud, gpu)
+        assert 0 < rev.empty_s < rev.restart_mean_s  # the start-up after the wait is billed
+        for n in sizes:
+            plan = make_plan(nodes=n, hours=8.0, deadline_h=None, cloud=cloud, gpu=gpu, instance_type=itype, zone=zone)
+            f, _ = throughput_function(plan)
+            single = 1.0 if n == 1 else float(lost_share(f(membership_key([(gpu, 1, n - 1)])),
+                                                         f(membership_key([(gpu, 1, n)]))))
+            p = plan.prediction
+            a = assess_cluster([(n, rev)], n, plan.workload.samples_total, p.throughput_samples_per_s,
+                               p.throughput_low, p.throughput_high, 20.0, lost=[(single, 1.0)])
+            node = plan.groups[0].price_usd_per_hour
+            time = float(a.time_mean_s[0])
+            rate = float(billed_rate(n * node, time, [(a.revocations[0], node, empty_s(rev, n, n, 1.0, run_s=time))]))
+            plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))
+            res = simulate(plan, model=True, policies=["replace-same"], runs=200, seed=4,
+                           params=SimParams(checkpoint_cost_s=20.0, horizon_s=30 * 86400.0))
+            sim = np.array([r.cost_usd for r in res.results["replace-same"]]).mean()
+            assert rate * time / 3600 == pytest.approx(sim, rel=0.08), (cloud, n)
+            held = n * node * time / 3600
+            if cloud == "aws":
+                assert held > 1.4 * sim
+            else:
+                assert held < 1.06 * sim
+    # nothing revoked, nothing taken off
+    assert billed_rate(10.0, 3600.0, []) == 10.0

@@ -69,6 +69,33 @@ def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outa
     return 2.0 * REGROUP_S * re_forms + (1.0 - w) * single * wait_single + w * outage / part * wait_outage
 
 
+def empty_s(rev, part_nodes, total_nodes, lost_outage=None, *, run_s=None):
+    """Mean time (s) the slot of one revoked node of a spot part holds no node, and bills nothing:
+    the replacement's wait for capacity (:attr:`risk.Revocation.empty_s`; its start-up is billed from
+    the grant), in full where the cluster stops (a lone node; an outage that takes a part with
+    nobody beside it), else only within a run of ``run_s`` seconds (:func:`waited_s`)."""
+    part = np.asarray(part_nodes, float)
+    total = np.asarray(total_nodes, float)
+    outage = part / total if lost_outage is None else np.asarray(lost_outage, float)
+    wait = rev.empty_s
+    through = wait if run_s is None else waited_s(wait, run_s)
+    w = rev.outage_share
+    return (1.0 - w) * np.where(total > 1, through, wait) + w * np.where(outage < 1.0, through, wait)
+
+
+def billed_rate(price_rate, time_mean_s, parts):
+    """Mean $/h of a cluster over its run: ``price_rate`` (all its nodes held) less what the empty
+    slots of revoked nodes do not bill; ``parts``: per spot part, ``(expected revocations, $/h of one
+    node, empty_s per revocation)`` (arrays or floats). A cloud bills a spot node from its grant to its
+    revocation: a job on a market with long waits for capacity (AWS: 0.9-1.9 h) pays for its nodes'
+    training, not for its run's hours (the simulator's cost, bench/lost_work.py)."""
+    time = np.asarray(time_mean_s, float)
+    idle = sum(np.asarray(r, float) * price * np.asarray(e, float) for r, price, e in parts)
+    ok = np.isfinite(time) & (time > 0)
+    cut = np.where(ok, idle / np.where(ok, time, 1.0), 0.0)
+    return np.maximum(np.asarray(price_rate, float) - cut, 0.0)
+
+
 def cluster_stop_s(rev, part_nodes, total_nodes, lost_outage=None, *, sync=True):
     """The part of :func:`revocation_stall_s` in which no node of the cluster trains, nor can be
     revoked: a lone node's whole stall; an outage that takes a group with nobody beside it (its
@@ -274,7 +301,8 @@ class Columns:
     high: np.ndarray
     bottleneck: np.ndarray
     price_rate: np.ndarray
-    """$/h of the whole column."""
+    """Mean $/h of the whole column over its run: its nodes' price, less what revoked nodes' empty
+    slots do not bill (:func:`billed_rate`); the expected cost is this rate x the expected time."""
     rate: np.ndarray
     """Revocations per second of the column (0 for on-demand)."""
     stall_mean_s: np.ndarray
@@ -384,6 +412,11 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     a, rate_k, stall_k = risk.assess_settled(rate_at, cat(work), thr_k, cat(lo), cat(hi), stall_at, cat(ssd),
                                     job.checkpoint_s, deadline_s=job.deadline_s, confidence=job.confidence,
                                     work_log_sd=cat(work_sd), state_loss=cat(lose), notice_s=cat(notice))
+    # the slots revoked nodes leave empty bill nothing: per kind, the empty time of a revocation
+    empty_k = np.zeros(len(thr_k))
+    for rev, a_, b_ in zip(revs, seg[:-1], seg[1:]):
+        if rev is not None:
+            empty_k[a_:b_] = empty_s(rev, n_k[a_:b_], n_k[a_:b_], 1.0, run_s=a.time_mean_s[a_:b_])
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
     g = cat(pos).astype(int)
@@ -392,8 +425,10 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     price = np.array([c.price_usd_per_hour for c in cands])
     bott_a = np.array(bott, dtype=object)
     work_a = cat(work)[g] if g.size else np.zeros(0)
+    node_price = price[cand_a] if g.size else np.zeros(0)
+    billed = billed_rate(n_a * node_price, a.time_mean_s[g], [(a.revocations[g], node_price, empty_k[g])])
     return Columns(cand=cand_a, n=n_a, work=work_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
-                   price_rate=n_a * price[cand_a] if g.size else np.zeros(0), rate=rate_k[g],
+                   price_rate=billed, rate=rate_k[g],
                    stall_mean_s=stall_k[g], stall_sd_s=cat(ssd)[g], time_mean_s=a.time_mean_s[g],
                    time_q_s=a.time_q_s[g], time_p95_s=a.time_p95_s[g],
                    p_deadline=None if a.p_deadline is None else a.p_deadline[g], interval_s=a.interval_s[g],

@@ -27,7 +27,8 @@ from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (
-    REGROUP_S, Columns, Job, assess_cluster, build_columns, lost_shares, node_counts, revocation_stall_s,
+    REGROUP_S, Columns, Job, assess_cluster, billed_rate, build_columns, empty_s, lost_shares, node_counts,
+    revocation_stall_s,
     throughput_curve, throughput_mix,
 )
 from spottrain.planner.formulation import (MILP_WORK_LIMIT, SAFETY_TIME_LIMIT_S, Limits, Outcome, Picks, SolveStats,
@@ -79,19 +80,36 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
                                        clouds=tuple(cands[i].cloud for i, _n in picks))
     nodes = sum(n for _, n in picks)
     gpus = sum(n * cands[i].gpus_per_node for i, n in picks)
-    spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in picks if cands[i].spot]
+    spot_picks = [(i, n) for i, n in picks if cands[i].spot]
+    spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in spot_picks]
+    lost = lost_shares(job.workload, [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps,
+                                       cands[i].cloud, cands[i].spot) for i, n in picks], thr, sync=job.sync, ps=job.ps)
     a = assess_cluster(spot, nodes, job.work(nodes, gpus), thr, lo, hi, job.checkpoint_s, deadline_s=job.deadline_s,
-                       confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus),
-                       lost=lost_shares(job.workload, [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps,
-                                                        cands[i].cloud, cands[i].spot) for i, n in picks],
-                                        thr, sync=job.sync, ps=job.ps), sync=job.sync == "sync")
-    price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
+                       confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus), lost=lost,
+                       sync=job.sync == "sync")
+    price = float(billed_rate(sum(n * cands[i].price_usd_per_hour for i, n in picks), a.time_mean_s[0],
+                              _empty_parts(spot_picks, spot, nodes, lost, cands, a)))
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
                   time_p95_s=float(a.time_p95_s[0]), price_rate=price, p_deadline=p, feasible=True, thr=thr, low=lo,
                   high=hi, bottleneck=bott, interval_s=float(a.interval_s[0]), revocations=float(a.revocations[0]))
     why = _violations(out, cands, limits, job)
     return replace(out, feasible=not why, why_not="; ".join(why))
+
+
+def _empty_parts(picks, spot, nodes: int, lost, cands: Sequence[Candidate], a) -> list[tuple[float, float, float]]:
+    """Per spot part of a cluster: (its expected revocations, $/h of one of its nodes, the time its
+    revoked nodes' slots stand empty, :func:`empty_s`), the cluster's revocations split in
+    proportion to the parts' rates over the run."""
+    time = float(a.time_mean_s[0])
+    if not spot or not np.isfinite(time):
+        return []
+    rates = [n * float(rev.rate_over(time)) for n, rev in spot]
+    total = sum(rates)
+    outages = [o for _s, o in lost] if lost is not None else [None] * len(spot)
+    return [(float(a.revocations[0]) * r / total if total > 0 else 0.0, cands[i].price_usd_per_hour,
+             float(empty_s(rev, n, nodes, o, run_s=time)))
+            for (i, _), (n, rev), r, o in zip(picks, spot, rates, outages)]
 
 
 def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job) -> list[str]:

@@ -115,6 +115,14 @@ class Revocation:
     up_renewals: tuple[np.ndarray, np.ndarray]
     """(t, M(t)) over the time a lone node trains: the lifetimes' own renewal function (no delay:
     its job, and its exposure, stop while its slot stands empty)."""
+    wait_mean_s: float | None = None
+    """The part of the replacement delay with no node yet (the wait for capacity; the start-up after
+    it is billed, from the grant); None: the whole delay."""
+
+    @property
+    def empty_s(self) -> float:
+        """Mean time a revoked node's slot holds no node, and bills nothing, before its replacement."""
+        return self.restart_mean_s if self.wait_mean_s is None else min(self.wait_mean_s, self.restart_mean_s)
 
     def exposure_rate(self, horizon_s, kind: str = "slot") -> np.ndarray:
         """Revocations per node and second of the time a cluster trains, over ``horizon_s`` seconds
@@ -187,11 +195,12 @@ def revocation(cloud: str, gpu: str, zone: str | None = None) -> Revocation:
     src = f"{model.name} lifetime fit" + (f" (pooled from {model.pooled_from})" if model.pooled_from else "")
     return revocation_of(model, restart_mean_s=mean_d, restart_sd_s=sd, source=src,
                          notice_s=PREEMPTION_NOTICE_S.get(cloud, math.inf),
-                         outage_share=group_outage(cloud, gpu).share)
+                         outage_share=group_outage(cloud, gpu).share,
+                         wait_mean_s=max(mean_d - float(delay.mean_startup_s), 0.0))
 
 
 def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: str,
-                  notice_s: float = math.inf, outage_share: float = 0.0) -> Revocation:
+                  notice_s: float = math.inf, outage_share: float = 0.0, wait_mean_s: float | None = None) -> Revocation:
     """The :class:`Revocation` of a node whose lifetime follows ``model`` (a fitted lifetime law),
     replaced after ``restart_mean_s`` on average."""
     mean_d = float(restart_mean_s)
@@ -203,7 +212,7 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     group = slot if w == 0.0 else up if w == 1.0 else slot_renewals(model, mean, (1.0 - w) * mean_d)
     return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=float(restart_sd_s),
                       source=source, renewals=slot, notice_s=float(notice_s), outage_share=w,
-                      group_renewals=group, up_renewals=up)
+                      group_renewals=group, up_renewals=up, wait_mean_s=wait_mean_s)
 
 
 def slot_renewals(model, mean_s: float, delay_s: float) -> tuple[np.ndarray, np.ndarray]:
