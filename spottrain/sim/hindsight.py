@@ -55,6 +55,8 @@ class PlanOutcome:
     """Makespan of each run (``inf``: not finished within the horizon)."""
     revocations: np.ndarray | None = None
     """Revocations seen in each run."""
+    switched: np.ndarray | None = None
+    """Whether each run's policy switched to on-demand nodes."""
 
     @property
     def mean_cost_usd(self) -> float:
@@ -90,12 +92,13 @@ def setup_for(plan: Plan, trace: str | None, params: SimParams | None = None) ->
 _FORKED: list[SimSetup] = []
 
 
-def _run_one(args: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _run_one(args: tuple[int, int, int, int]) -> tuple[np.ndarray, ...]:
     k, seed, runs, first = args
     setup = _FORKED[k]
     rs = [run_setup(setup, run_seed(seed, i)) for i in range(first, first + runs)]
     return (np.array([r.cost_usd for r in rs]), np.array([bool(r.deadline_met) for r in rs]),
-            np.array([r.makespan_s if r.finished else INF for r in rs]), np.array([r.revocations for r in rs]))
+            np.array([r.makespan_s if r.finished else INF for r in rs]), np.array([r.revocations for r in rs]),
+            np.array([bool(r.switched_on_demand) for r in rs]))
 
 
 def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | None] | None = None,
@@ -119,8 +122,8 @@ def simulate_plans(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | N
     out = run_setups(setups, runs=runs, seed=seed, workers=workers, progress=progress, engine=engine,
                      first_run=first_run)
     labels = list(labels) if labels is not None else [p.label for p in plans]
-    return [PlanOutcome(label=lab, plan=p, source=src, cost_usd=c, met=m, makespan_s=t, revocations=r)
-            for lab, p, src, (c, m, t, r) in zip(labels, plans, sources, out)]
+    return [PlanOutcome(label=lab, plan=p, source=src, cost_usd=c, met=m, makespan_s=t, revocations=r, switched=sw)
+            for lab, p, src, (c, m, t, r, sw) in zip(labels, plans, sources, out)]
 
 
 def plan_setups(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | None] | None = None,
@@ -149,8 +152,8 @@ def plan_setups(plans: Sequence[Plan], *, trace_for: Callable[[Plan], str | None
 
 def run_setups(setups: Sequence[SimSetup], *, runs: int, seed: int = 0, workers: int | None = None,
                progress: Callable[[int, int], None] | None = None, engine: str = "auto",
-               first_run: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """``(cost, deadline met, makespan or inf, revocations)`` per run of every setup, runs
+               first_run: int = 0) -> list[tuple[np.ndarray, ...]]:
+    """``(cost, deadline met, makespan or inf, revocations, switched to on-demand)`` per run of every setup, runs
     ``first_run .. first_run + runs - 1`` (see :func:`simulate_plans`)."""
     seeds = [run_seed(seed, i) for i in range(first_run, first_run + runs)]
     done: dict[int, tuple] = {}
@@ -158,7 +161,7 @@ def run_setups(setups: Sequence[SimSetup], *, runs: int, seed: int = 0, workers:
         if engine != "event" and vector.unsupported(st) is None:
             v = vector.run_vector(st, seeds)
             done[k] = (v.cost_usd, v.deadline_met if v.deadline_met is not None else np.zeros(runs, dtype=bool),
-                       np.where(v.finished, v.makespan_s, INF), v.revocations)
+                       np.where(v.finished, v.makespan_s, INF), v.revocations, v.switched_on_demand)
             if progress is not None:
                 progress(len(done), len(setups))
     jobs = [(k, seed, runs, first_run) for k in range(len(setups)) if k not in done]
