@@ -9,9 +9,9 @@ most what followed the checkpoint taken on the preemption notice. A checkpoint-r
 For each plan below (8 h of failure-free training, 1-16 nodes, a 20 s checkpoint at the
 interval the planner's model sets), the planner's expected lost work (``Assessment.lost_work_s``)
 is set against the mean of the simulator's runs with lifetimes drawn from the same fitted laws
-(``--model``: every node independently, replaced after the cloud's fitted delay) under
-``replace-same``, which checkpoints on a notice. Both runtimes are scored: the survivors'
-(``state_loss``; simulator ``keep_state``) and checkpoint-restart (``state_loss=1``;
+(``--model``: a node's own revocations and its group's outages, replaced after the cloud's fitted
+delay) under ``replace-same``, which checkpoints on a notice. Both runtimes are scored: the survivors'
+(``state_loss``; simulator ``keep_state``) and checkpoint-restart (``state_loss`` 1 - w (1 - 1/n): once per outage;
 ``SimParams(keep_state=False)``). A third row per plan trains asynchronously with one parameter
 server (``sync="async"``): a lost worker re-forms nothing and takes only the throughput it added,
 and the job rolls back only with the chief worker (``state_loss(..., sync=False)``: 1 / N).
@@ -86,7 +86,9 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, runt
     s = res.summaries[0]
     node = plan.groups[0].price_usd_per_hour
     time_s = float(a.time_mean_s[0])
-    rate = float(billed_rate(nodes * node, time_s, [(a.revocations[0], node, empty_s(rev, nodes, nodes, 1.0, run_s=time_s))]))
+    free_s = risk.LAUNCH_S + plan.workload.samples_total / p.throughput_samples_per_s
+    rate = float(billed_rate(nodes * node, time_s, free_s,
+                             [(a.revocations[0], node, empty_s(rev, nodes, nodes, 1.0, run_s=time_s))]))
     lost = np.array([r.lost_work_s for r in res.results["replace-same"]])
     sim_mean, sim_se = float(lost.mean()), float(lost.std(ddof=1) / np.sqrt(len(lost)))
     return {"q": q, "interval_s": float(a.interval_s[0]), "analytical_h": float(a.lost_work_s[0]) / 3600.0,

@@ -241,7 +241,7 @@ def test_front_candidates_do_not_depend_on_the_swept_pareto_front():
     front = [p for o, p in candidate_plans(ctx, result) if o == "pareto"]
     assert front
     cols = ctx.cols
-    cost = cols.price_rate / 3600.0 * cols.time_mean_s
+    cost = cols.cost_usd
     for p in front:
         t, c = p.prediction.duration_s, p.prediction.cost_usd
         assert not ((cols.time_mean_s < t * (1 - 1e-9)) & (cost < c * (1 - 1e-9))).any(), p.label

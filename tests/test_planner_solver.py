@@ -155,12 +155,12 @@ def _random_offers(rng):
     return offers
 
 
-@pytest.mark.parametrize("seed", [11, 18, 28, 39, 46])
+@pytest.mark.parametrize("seed", [0, 1, 5, 8, 11])
 def test_a_parameter_server_s_capacity_cuts_no_feasible_mix(seed):
     """Asynchronous requests whose optimum is a mix bound by its one parameter server: the search
     finds the brute-force optimum. A row summing the parts' PS traffic at their own throughput
-    overstated a mix's and cut such optima (1-7 % dearer plans, claimed proven). Seed 46 proves its
-    optimum after 1,301 exact evaluations (formulation.ENUMERATED_MAX_EVALUATIONS)."""
+    overstated a mix's and cut such optima (1-7 % dearer plans, claimed proven). Seed 0 proves its
+    optimum after 483 exact evaluations (formulation.ENUMERATED_MAX_EVALUATIONS)."""
     rng = np.random.default_rng(seed)
     offers = _random_offers(rng)
     quotas = {f"syn.{int(rng.integers(0, len(KINDS)))}": int(rng.integers(1, 3))}

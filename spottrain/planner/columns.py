@@ -83,17 +83,26 @@ def empty_s(rev, part_nodes, total_nodes, lost_outage=None, *, run_s=None):
     return (1.0 - w) * np.where(total > 1, through, wait) + w * np.where(outage < 1.0, through, wait)
 
 
-def billed_rate(price_rate, time_mean_s, parts):
+def billed_rate(price_rate, time_mean_s, free_s, parts):
     """Mean $/h of a cluster over its run: ``price_rate`` (all its nodes held) less what the empty
     slots of revoked nodes do not bill; ``parts``: per spot part, ``(expected revocations, $/h of one
     node, empty_s per revocation)`` (arrays or floats). A cloud bills a spot node from its grant to its
     revocation: a job on a market with long waits for capacity (AWS: 0.9-1.9 h) pays for its nodes'
-    training, not for its run's hours (the simulator's cost, bench/lost_work.py)."""
+    training, not for its run's hours (the simulator's cost, bench/lost_work.py).
+
+    At least every node over the failure-free run ``free_s`` (launch and the work at the median
+    throughput) is billed: what a wait takes off is the wait's own hours. (A node whose absence
+    slows a sublinear cluster little, 2 p3.16xlarge nodes of a slow all-reduce, may bill less in
+    truth; the floor keeps the mix search's relaxation, every node over the failure-free run, a
+    bound on every plan's cost.)"""
     time = np.asarray(time_mean_s, float)
+    held = np.asarray(price_rate, float)
     idle = sum(np.asarray(r, float) * price * np.asarray(e, float) for r, price, e in parts)
     ok = np.isfinite(time) & (time > 0)
-    cut = np.where(ok, idle / np.where(ok, time, 1.0), 0.0)
-    return np.maximum(np.asarray(price_rate, float) - cut, 0.0)
+    safe = np.where(ok, time, 1.0)
+    cut = np.where(ok, idle / safe, 0.0)
+    floor = np.where(ok, held * np.minimum(np.asarray(free_s, float) / safe, 1.0), held)
+    return np.maximum(held - cut, floor)
 
 
 def cluster_stop_s(rev, part_nodes, total_nodes, lost_outage=None, *, sync=True):
@@ -301,7 +310,9 @@ class Columns:
     high: np.ndarray
     bottleneck: np.ndarray
     price_rate: np.ndarray
-    """Mean $/h of the whole column over its run: its nodes' price, less what revoked nodes' empty
+    """$/h of the whole column with every node held (what the solver's bounds price)."""
+    billed_rate: np.ndarray
+    """Mean $/h the column is billed over its run: :attr:`price_rate` less what revoked nodes' empty
     slots do not bill (:func:`billed_rate`); the expected cost is this rate x the expected time."""
     rate: np.ndarray
     """Revocations per second of the column (0 for on-demand)."""
@@ -320,11 +331,11 @@ class Columns:
 
     @property
     def cost_usd(self) -> np.ndarray:
-        return self.price_rate / 3600.0 * self.time_mean_s
+        return self.billed_rate / 3600.0 * self.time_mean_s
 
     @property
     def cost_p95_usd(self) -> np.ndarray:
-        return self.price_rate / 3600.0 * self.time_p95_s
+        return self.billed_rate / 3600.0 * self.time_p95_s
 
 
 def node_counts(cands: Sequence[Candidate], max_nodes: int, quotas: dict[str, int] | None) -> np.ndarray:
@@ -426,9 +437,11 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     bott_a = np.array(bott, dtype=object)
     work_a = cat(work)[g] if g.size else np.zeros(0)
     node_price = price[cand_a] if g.size else np.zeros(0)
-    billed = billed_rate(n_a * node_price, a.time_mean_s[g], [(a.revocations[g], node_price, empty_k[g])])
+    held = n_a * node_price
+    free = risk.LAUNCH_S + work_a / np.maximum(thr_k[g], 1e-300)  # formulation.free_times' mean
+    billed = billed_rate(held, a.time_mean_s[g], free, [(a.revocations[g], node_price, empty_k[g])])
     return Columns(cand=cand_a, n=n_a, work=work_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
-                   price_rate=billed, rate=rate_k[g],
+                   price_rate=held, billed_rate=billed, rate=rate_k[g],
                    stall_mean_s=stall_k[g], stall_sd_s=cat(ssd)[g], time_mean_s=a.time_mean_s[g],
                    time_q_s=a.time_q_s[g], time_p95_s=a.time_p95_s[g],
                    p_deadline=None if a.p_deadline is None else a.p_deadline[g], interval_s=a.interval_s[g],

@@ -87,11 +87,12 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     a = assess_cluster(spot, nodes, job.work(nodes, gpus), thr, lo, hi, job.checkpoint_s, deadline_s=job.deadline_s,
                        confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus), lost=lost,
                        sync=job.sync == "sync")
-    price = float(billed_rate(sum(n * cands[i].price_usd_per_hour for i, n in picks), a.time_mean_s[0],
-                              _empty_parts(spot_picks, spot, nodes, lost, cands, a)))
+    price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
+    free = risk.LAUNCH_S + float(job.work(nodes, gpus)[0]) / max(thr, 1e-300)
+    billed = float(billed_rate(price, a.time_mean_s[0], free, _empty_parts(spot_picks, spot, nodes, lost, cands, a)))
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
-                  time_p95_s=float(a.time_p95_s[0]), price_rate=price, p_deadline=p, feasible=True, thr=thr, low=lo,
+                  time_p95_s=float(a.time_p95_s[0]), price_rate=price, billed_rate=billed, p_deadline=p, feasible=True, thr=thr, low=lo,
                   high=hi, bottleneck=bott, interval_s=float(a.interval_s[0]), revocations=float(a.revocations[0]))
     why = _violations(out, cands, limits, job)
     return replace(out, feasible=not why, why_not="; ".join(why))

@@ -140,6 +140,9 @@ class Outcome:
     time_q_s: float
     time_p95_s: float
     price_rate: float
+    """$/h with every node held (what the solver's bounds price)."""
+    billed_rate: float
+    """Mean $/h billed over the run (:func:`spottrain.planner.columns.billed_rate`)."""
     p_deadline: float | None
     feasible: bool
     thr: float
@@ -152,11 +155,11 @@ class Outcome:
 
     @property
     def cost_usd(self) -> float:
-        return self.price_rate / 3600.0 * self.time_mean_s
+        return self.billed_rate / 3600.0 * self.time_mean_s
 
     @property
     def cost_p95_usd(self) -> float:
-        return self.price_rate / 3600.0 * self.time_p95_s
+        return self.billed_rate / 3600.0 * self.time_p95_s
 
 
 @dataclass(kw_only=True)
@@ -599,7 +602,7 @@ def prune(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: float
         keep[idx[Q[idx] + others < need * (1 - 1e-12)]] = False
         idx = np.flatnonzero(keep)
     if incumbent is not None and objective == "min-cost":
-        lam = incumbent.price_rate / (work / incumbent.time_mean_s)
+        lam = incumbent.billed_rate / (work / incumbent.time_mean_s)
         s = cols.price_rate[idx] - lam * E[idx]
         others = _top_others(s, cols.cand[idx], grp[idx], k, best=False)
         keep[idx[s + others >= 0]] = False
@@ -670,8 +673,8 @@ def _most_promising(cols: Columns, keep: np.ndarray, work: float, objective: str
     idx = np.flatnonzero(keep)
     E = np.divide(work, cols.time_mean_s[idx], out=np.zeros(idx.size), where=np.isfinite(cols.time_mean_s[idx]))
     if objective == "min-cost":
-        lam = incumbent.price_rate / (work / incumbent.time_mean_s) if incumbent is not None else 0.0
-        score = cols.price_rate[idx] - lam * E if incumbent is not None else cols.price_rate[idx] / np.maximum(E, 1e-300)
+        lam = incumbent.billed_rate / (work / incumbent.time_mean_s) if incumbent is not None else 0.0
+        score = cols.billed_rate[idx] - lam * E if incumbent is not None else cols.billed_rate[idx] / np.maximum(E, 1e-300)
     else:
         score = -E
     out = np.zeros(keep.size, bool)
@@ -719,7 +722,7 @@ def solve_mix(cols: Columns, cands: Sequence[Candidate], limits: Limits, work: f
     for _ in range(max_iterations):
         if objective == "min-cost":
             if best is not None:
-                lam = best.price_rate / (work / best.time_mean_s)
+                lam = best.billed_rate / (work / best.time_mean_s)
                 picks, val = prob.solve(prob.P, -lam)
                 if picks is None or val >= -tol * max(1.0, float(np.abs(prob.P).max())):
                     break
@@ -781,7 +784,7 @@ def _best_first(prob: MixProblem, enumerated: tuple[np.ndarray, np.ndarray, np.n
     for k in np.argsort(key, kind="stable"):
         if best is not None:
             best_e = work / best.time_mean_s
-            if objective == "min-cost" and key[k] >= best.price_rate / best_e * (1 - 1e-9):
+            if objective == "min-cost" and key[k] >= best.billed_rate / best_e * (1 - 1e-9):
                 break
             if objective != "min-cost" and e[k] <= best_e * (1 + 1e-9):
                 break

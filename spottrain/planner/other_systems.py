@@ -124,7 +124,7 @@ def _reprepare(ctx: Any, prepare: Any) -> Any:
     # handful of types: the SPOTDNN_TYPES spot types of least single-node cost per sample.
     cols = ctx.cols
     one = np.flatnonzero((cols.n == 1) & np.isfinite(cols.time_mean_s))
-    cost = cols.price_rate[one] / 3600.0 * cols.time_mean_s[one]  # Columns.cost_usd of these columns only
+    cost = cols.billed_rate[one] / 3600.0 * cols.time_mean_s[one]  # Columns.cost_usd of these columns only
     per_type: dict[str, float] = {}
     for j, v in zip(one, cost):
         c = ctx.cands[int(cols.cand[j])]

@@ -44,7 +44,7 @@ def homogeneous_front(ctx: Any, mask: np.ndarray | None) -> np.ndarray:
     lim = replace(ctx.limits, deadline_s=None, budget_usd=None, hard_cap_usd=None)
     idx = np.flatnonzero(homogeneous_feasible(sub, ctx.cands, lim, 1.0, None))
     t = sub.time_mean_s[idx]
-    c = sub.price_rate[idx] / 3600.0 * t
+    c = sub.cost_usd[idx]
     return sel[idx[front_indices(t, c)]]
 
 
@@ -53,7 +53,7 @@ def pareto_points(ctx: Any, mask: np.ndarray, chosen: Outcome | None = None, *,
     """Non-dominated ``{label, duration_s, cost_usd}`` points, ordered by time (module docstring)."""
     cols = ctx.cols
     front = homogeneous_front(ctx, mask)
-    cost = cols.price_rate[front] / 3600.0 * cols.time_mean_s[front]
+    cost = cols.cost_usd[front]
     pts = [_point(ctx.cands[int(cols.cand[j])], int(cols.n[j]), float(cols.time_mean_s[j]), float(c))
            for j, c in zip(front, cost)]
     if chosen is not None:

@@ -65,7 +65,6 @@ from spottrain.planner.risk import normal_cdf
 from spottrain.sim import sources
 from spottrain.sim.hindsight import plan_setups, run_setups
 from spottrain.sim.sources import matching_traces, pooled_source
-from spottrain.transience import group_outage
 from spottrain.units import format_rate, format_usd, plural
 
 SWEEP_SPOT = (1.25, 1.5, 2.0, 3.0)
