@@ -86,9 +86,7 @@ def one(cloud: str, gpu: str, itype: str, zone: str, nodes: int, runs: int, runt
     s = res.summaries[0]
     node = plan.groups[0].price_usd_per_hour
     time_s = float(a.time_mean_s[0])
-    free_s = risk.LAUNCH_S + plan.workload.samples_total / p.throughput_samples_per_s
-    rate = float(billed_rate(nodes * node, time_s, free_s,
-                             [(a.revocations[0], node, empty_s(rev, nodes, nodes, 1.0, run_s=time_s))]))
+    rate = float(billed_rate(nodes * node, time_s, [(a.revocations[0], node, empty_s(rev, nodes, nodes, 1.0, run_s=time_s))]))
     lost = np.array([r.lost_work_s for r in res.results["replace-same"]])
     sim_mean, sim_se = float(lost.mean()), float(lost.std(ddof=1) / np.sqrt(len(lost)))
     return {"q": q, "interval_s": float(a.interval_s[0]), "analytical_h": float(a.lost_work_s[0]) / 3600.0,

@@ -439,8 +439,7 @@ def test_a_spot_plan_pays_for_its_nodes_not_for_its_waits():
                                p.throughput_low, p.throughput_high, 20.0, lost=[(single, 1.0)])
             node = plan.groups[0].price_usd_per_hour
             time = float(a.time_mean_s[0])
-            free = risk.LAUNCH_S + plan.workload.samples_total / p.throughput_samples_per_s
-            rate = float(billed_rate(n * node, time, free, [(a.revocations[0], node, empty_s(rev, n, n, 1.0, run_s=time))]))
+            rate = float(billed_rate(n * node, time, [(a.revocations[0], node, empty_s(rev, n, n, 1.0, run_s=time))]))
             plan = dataclasses.replace(plan, checkpoint_interval_s=float(a.interval_s[0]))
             res = simulate(plan, model=True, policies=["replace-same"], runs=200, seed=4,
                            params=SimParams(checkpoint_cost_s=20.0, horizon_s=30 * 86400.0))
@@ -451,6 +450,7 @@ def test_a_spot_plan_pays_for_its_nodes_not_for_its_waits():
                 assert held > 1.4 * sim
             else:
                 assert held < 1.06 * sim
-    # nothing revoked, nothing taken off; and never less than every node over the failure-free run
-    assert billed_rate(10.0, 3600.0, 3000.0, []) == 10.0
-    assert billed_rate(10.0, 3600.0, 3000.0, [(1.0, 10.0, 3000.0)]) == pytest.approx(10.0 * 3000.0 / 3600.0)
+    # nothing revoked, nothing taken off; a mix never less than every node over its failure-free run
+    assert billed_rate(10.0, 3600.0, []) == 10.0
+    assert billed_rate(10.0, 3600.0, [(1.0, 10.0, 3000.0)]) == pytest.approx(10.0 * 600.0 / 3600.0)
+    assert billed_rate(10.0, 3600.0, [(1.0, 10.0, 3000.0)], 3000.0) == pytest.approx(10.0 * 3000.0 / 3600.0)

@@ -83,24 +83,27 @@ def empty_s(rev, part_nodes, total_nodes, lost_outage=None, *, run_s=None):
     return (1.0 - w) * np.where(total > 1, through, wait) + w * np.where(outage < 1.0, through, wait)
 
 
-def billed_rate(price_rate, time_mean_s, free_s, parts):
+def billed_rate(price_rate, time_mean_s, parts, free_s=None):
     """Mean $/h of a cluster over its run: ``price_rate`` (all its nodes held) less what the empty
     slots of revoked nodes do not bill; ``parts``: per spot part, ``(expected revocations, $/h of one
     node, empty_s per revocation)`` (arrays or floats). A cloud bills a spot node from its grant to its
     revocation: a job on a market with long waits for capacity (AWS: 0.9-1.9 h) pays for its nodes'
     training, not for its run's hours (the simulator's cost, bench/lost_work.py).
 
-    At least every node over the failure-free run ``free_s`` (launch and the work at the median
-    throughput) is billed: what a wait takes off is the wait's own hours. (A node whose absence
-    slows a sublinear cluster little, 2 p3.16xlarge nodes of a slow all-reduce, may bill less in
-    truth; the floor keeps the mix search's relaxation, every node over the failure-free run, a
-    bound on every plan's cost.)"""
+    With ``free_s``, at least every node over that failure-free run (launch and the work at the
+    median throughput) is billed: the mixes' floor, which keeps the mix search's relaxation (every
+    node over the failure-free run) a bound on every mix's cost. A node whose absence slows the
+    cluster little (asynchronous workers that wait on their server, 2 p3.16xlarge nodes of a slow
+    all-reduce) bills less in truth; a single kind of node, which the search prices exactly, keeps
+    that."""
     time = np.asarray(time_mean_s, float)
     held = np.asarray(price_rate, float)
     idle = sum(np.asarray(r, float) * price * np.asarray(e, float) for r, price, e in parts)
     ok = np.isfinite(time) & (time > 0)
     safe = np.where(ok, time, 1.0)
     cut = np.where(ok, idle / safe, 0.0)
+    if free_s is None:
+        return np.maximum(held - cut, 0.0)
     floor = np.where(ok, held * np.minimum(np.asarray(free_s, float) / safe, 1.0), held)
     return np.maximum(held - cut, floor)
 
@@ -438,8 +441,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     work_a = cat(work)[g] if g.size else np.zeros(0)
     node_price = price[cand_a] if g.size else np.zeros(0)
     held = n_a * node_price
-    free = risk.LAUNCH_S + work_a / np.maximum(thr_k[g], 1e-300)  # formulation.free_times' mean
-    billed = billed_rate(held, a.time_mean_s[g], free, [(a.revocations[g], node_price, empty_k[g])])
+    billed = billed_rate(held, a.time_mean_s[g], [(a.revocations[g], node_price, empty_k[g])])
     return Columns(cand=cand_a, n=n_a, work=work_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
                    price_rate=held, billed_rate=billed, rate=rate_k[g],
                    stall_mean_s=stall_k[g], stall_sd_s=cat(ssd)[g], time_mean_s=a.time_mean_s[g],

@@ -88,8 +88,9 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
                        confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus), lost=lost,
                        sync=job.sync == "sync")
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
-    free = risk.LAUNCH_S + float(job.work(nodes, gpus)[0]) / max(thr, 1e-300)
-    billed = float(billed_rate(price, a.time_mean_s[0], free, _empty_parts(spot_picks, spot, nodes, lost, cands, a)))
+    # a mix is billed at least every node over its failure-free run (billed_rate): the mix search's bound
+    free = risk.LAUNCH_S + float(job.work(nodes, gpus)[0]) / max(thr, 1e-300) if len(picks) > 1 else None
+    billed = float(billed_rate(price, a.time_mean_s[0], _empty_parts(spot_picks, spot, nodes, lost, cands, a), free))
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
                   time_p95_s=float(a.time_p95_s[0]), price_rate=price, billed_rate=billed, p_deadline=p, feasible=True, thr=thr, low=lo,
