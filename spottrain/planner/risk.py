@@ -59,7 +59,7 @@ import numpy as np
 from spottrain.clouds import PREEMPTION_NOTICE_S, VM_STARTUP_S
 from spottrain.transience import group_outage, lifetime_model, replacement_delay, young_daly_interval_s
 from spottrain.transience import optimal_checkpoint_interval_s as _optimal_interval
-from spottrain.transience.renewal import renewal_curve
+from spottrain.transience.renewal import renewal_curve, revocation_curve
 
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
 
@@ -209,7 +209,7 @@ def revocation_of(model, *, restart_mean_s: float, restart_sd_s: float, source: 
     # outage) and over a lone node's training (no delay at all): :meth:`Revocation.exposure_rate`.
     w = min(max(float(outage_share), 0.0), 1.0)
     slot, up = slot_renewals(model, mean, mean_d), slot_renewals(model, mean, 0.0)
-    group = slot if w == 0.0 else up if w == 1.0 else slot_renewals(model, mean, (1.0 - w) * mean_d)
+    group = slot if w == 0.0 else up if w == 1.0 else group_renewals(model, mean, mean_d, w)
     return Revocation(rate_per_s=1.0 / max(mean, 1.0), restart_mean_s=mean_d, restart_sd_s=float(restart_sd_s),
                       source=source, renewals=slot, notice_s=float(notice_s), outage_share=w,
                       group_renewals=group, up_renewals=up, wait_mean_s=wait_mean_s)
@@ -229,6 +229,22 @@ def slot_renewals(model, mean_s: float, delay_s: float) -> tuple[np.ndarray, np.
     t_f, t_c = fine[0] - delay_s, coarse[0] - delay_s
     head, keep = t_f >= 0.0, t_c > t_f[-1]
     return (np.concatenate([[0.0], t_f[head], t_c[keep]]), np.concatenate([[0.0], fine[1][head], coarse[1][keep]]))
+
+
+def group_renewals(model, mean_s: float, delay_s: float, outage_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """(t, M(t)) over the time a group of one market alone trains: after an outage (a share
+    ``outage_share`` of the revocations) the group comes back at once in its training time, a
+    young node again; after a single revocation the slot stands empty for ``delay_s``
+    (:func:`spottrain.transience.renewal.revocation_curve`, fine and coarse as :func:`slot_renewals`).
+    The mean delay in place of the two (the renewal function with ``(1 - w) delay``) held every
+    next life back by 0.63 h on AWS V100: 4 nodes over 30 minutes 1.23 revocations, simulated 1.58."""
+    delays = ((outage_share, 0.0), (1.0 - outage_share, delay_s))
+    mean_gap = mean_s + (1.0 - outage_share) * delay_s
+    span = min(max(RENEWAL_LIVES * mean_gap, RENEWAL_FINE_S), RENEWAL_SPAN_S)
+    fine = revocation_curve(model, RENEWAL_FINE_S, delays, grid=RENEWAL_GRID)
+    coarse = revocation_curve(model, span, delays, grid=RENEWAL_GRID)
+    keep = coarse[0] > fine[0][-1]
+    return np.concatenate([fine[0], coarse[0][keep]]), np.concatenate([fine[1], coarse[1][keep]])
 
 
 def wall_rate(exposed, stop_s) -> np.ndarray:

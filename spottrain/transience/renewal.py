@@ -45,6 +45,28 @@ def renewal_curve(model, duration_s: float, *, replacement_delay_s: float = 0.0,
     return t, M
 
 
+def revocation_curve(model, duration_s: float, delays: tuple[tuple[float, float], ...],
+                     grid: int = _GRID) -> tuple[np.ndarray, np.ndarray]:
+    """(t, R(t)) on a uniform grid over [0, ``duration_s``]: expected revocations of one node slot
+    by t, the first node up at the start, each later life starting a delay after the revocation
+    before it, the delay ``d`` with probability ``p`` for ``(p, d)`` of ``delays`` (a delayed
+    renewal process: R = F + R * G, G the law of delay + life). One delay (the mean of a mixture)
+    holds a young node's next life back as long after an outage, whose group comes back at once
+    in its training time, as after a single revocation: short runs miss the young lives' revocations."""
+    T = float(duration_s)
+    dt = T / grid
+    t = np.arange(grid + 1) * dt
+    F = np.asarray(model.cdf(t), float)
+    G = sum(p * np.where(t < d, 0.0, np.asarray(model.cdf(np.maximum(t - d, 0.0)), float)) for p, d in delays)
+    g = np.diff(G)
+    R = np.zeros(grid + 1)
+    for k in range(1, grid + 1):  # trapezoid rule on the convolution, as renewal_curve
+        back = R[k - 1::-1][:k]
+        s_ = 0.5 * np.dot(g[:k], back) + 0.5 * np.dot(g[1:k], back[:k - 1])
+        R[k] = (F[k] + s_) / (1.0 - 0.5 * g[0])
+    return t, R
+
+
 def renewal_function(model, duration_s: float, *, replacement_delay_s: float = 0.0,
                      grid: int = _GRID) -> float:
     """M(T): expected renewals of one node slot in ``duration_s`` seconds."""
