@@ -62,11 +62,16 @@ def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outa
     single = 1.0 / total if lost_single is None else np.asarray(lost_single, float)
     outage = part / total if lost_outage is None else np.asarray(lost_outage, float)
     re_forms = (1.0 - w + w / part) if sync else 1.0 / total
-    d = rev.restart_mean_s
-    through = d if run_s is None else waited_s(d, run_s)  # the others train on meanwhile
-    wait_single = np.where(total > 1, through, d)
-    wait_outage = np.where(outage < 1.0, through, d)
+    wait_single, wait_outage = _waits(rev.restart_mean_s, total, outage, run_s)
     return 2.0 * REGROUP_S * re_forms + (1.0 - w) * single * wait_single + w * outage / part * wait_outage
+
+
+def _waits(wait_s, total, outage, run_s):
+    """(after a single revocation, after an outage): a wait of ``wait_s`` in full where it stops
+    the whole cluster (a lone node's; an outage that takes everything, ``outage`` >= 1), else only
+    the part within a run of ``run_s`` seconds (:func:`waited_s`; the others train on meanwhile)."""
+    through = wait_s if run_s is None else waited_s(wait_s, run_s)
+    return np.where(total > 1, through, wait_s), np.where(outage < 1.0, through, wait_s)
 
 
 def empty_s(rev, part_nodes, total_nodes, lost_outage=None, *, run_s=None):
@@ -77,10 +82,8 @@ def empty_s(rev, part_nodes, total_nodes, lost_outage=None, *, run_s=None):
     part = np.asarray(part_nodes, float)
     total = np.asarray(total_nodes, float)
     outage = part / total if lost_outage is None else np.asarray(lost_outage, float)
-    wait = rev.empty_s
-    through = wait if run_s is None else waited_s(wait, run_s)
-    w = rev.outage_share
-    return (1.0 - w) * np.where(total > 1, through, wait) + w * np.where(outage < 1.0, through, wait)
+    single, whole = _waits(rev.empty_s, total, outage, run_s)
+    return (1.0 - rev.outage_share) * single + rev.outage_share * whole
 
 
 def billed_rate(price_rate, time_mean_s, parts, free_s=None):

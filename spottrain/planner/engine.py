@@ -84,12 +84,13 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     spot = [(n, risk.revocation(cands[i].cloud, cands[i].gpu)) for i, n in spot_picks]
     lost = lost_shares(job.workload, [(cands[i].gpu, cands[i].gpus_per_node, n, cands[i].network_gbps,
                                        cands[i].cloud, cands[i].spot) for i, n in picks], thr, sync=job.sync, ps=job.ps)
-    a = assess_cluster(spot, nodes, job.work(nodes, gpus), thr, lo, hi, job.checkpoint_s, deadline_s=job.deadline_s,
+    work = job.work(nodes, gpus)
+    a = assess_cluster(spot, nodes, work, thr, lo, hi, job.checkpoint_s, deadline_s=job.deadline_s,
                        confidence=job.confidence, work_log_sd=job.work_log_sd(nodes, gpus), lost=lost,
                        sync=job.sync == "sync")
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     # a mix is billed at least every node over its failure-free run (billed_rate): the mix search's bound
-    free = risk.LAUNCH_S + float(job.work(nodes, gpus)[0]) / max(thr, 1e-300) if len(picks) > 1 else None
+    free = risk.LAUNCH_S + float(work[0]) / max(thr, 1e-300) if len(picks) > 1 else None
     billed = float(billed_rate(price, a.time_mean_s[0], _empty_parts(spot_picks, spot, nodes, lost, cands, a), free))
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
@@ -102,16 +103,15 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
 def _empty_parts(picks, spot, nodes: int, lost, cands: Sequence[Candidate], a) -> list[tuple[float, float, float]]:
     """Per spot part of a cluster: (its expected revocations, $/h of one of its nodes, the time its
     revoked nodes' slots stand empty, :func:`empty_s`), the cluster's revocations split in
-    proportion to the parts' rates over the run."""
+    proportion to the parts' rates over the run; ``lost``: :func:`lost_shares` of the spot parts."""
     time = float(a.time_mean_s[0])
     if not spot or not np.isfinite(time):
         return []
     rates = [n * float(rev.rate_over(time)) for n, rev in spot]
     total = sum(rates)
-    outages = [o for _s, o in lost] if lost is not None else [None] * len(spot)
     return [(float(a.revocations[0]) * r / total if total > 0 else 0.0, cands[i].price_usd_per_hour,
              float(empty_s(rev, n, nodes, o, run_s=time)))
-            for (i, _), (n, rev), r, o in zip(picks, spot, rates, outages)]
+            for (i, _), (n, rev), r, (_s, o) in zip(picks, spot, rates, lost)]
 
 
 def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job) -> list[str]:

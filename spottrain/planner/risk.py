@@ -110,8 +110,8 @@ class Revocation:
     group_renewals: tuple[np.ndarray, np.ndarray]
     """(t, M(t)) over the time a group of this market's nodes alone trains: a slot stands empty for
     the replacement delay after a single revocation (the others train on), not after an outage
-    (the whole group waits, and nothing trains or is revoked): the renewal function with a delay of
-    ``(1 - outage_share)`` x the replacement delay (:meth:`exposure_rate`)."""
+    (the whole group waits, and nothing trains or is revoked): :func:`group_renewals`, whose mean
+    gap is a life plus ``(1 - outage_share)`` x the replacement delay (:meth:`exposure_rate`)."""
     up_renewals: tuple[np.ndarray, np.ndarray]
     """(t, M(t)) over the time a lone node trains: the lifetimes' own renewal function (no delay:
     its job, and its exposure, stop while its slot stands empty)."""

@@ -244,7 +244,7 @@ class JobRun:
         if t.spot:
             rev, slots, _ = self.run_markets.market(t.market)
             node.slot = heapq.heappop(slots) if slots else self.s.spot_nodes
-            node.acq = rev.acquire_time(now, node.slot, group=(t.instance_type, t.zone))
+            node.acq = rev.acquire_time(now, node.slot, group=t.group)
             delay = self.run_markets.delay_s(t)
             if rev.kind != "trace" and self.s.params.startup_s is None:
                 # A sampled replacement delay is a wait for capacity (no node yet: nothing billed,
@@ -269,17 +269,17 @@ class JobRun:
             return
         now = self.env.now
         t = node.type
-        if t.spot:
-            rev = self.run_markets.market(t.market)[0]
-            back = rev.acquire_time(now, node.slot, group=(t.instance_type, t.zone))
+        rev = self.run_markets.market(t.market)[0] if t.spot else None
+        if rev is not None:
+            back = rev.acquire_time(now, node.slot, group=t.group)
             if rev.kind == "model" and back > now:  # requested before its group's outage: granted once capacity is back
                 self._at(back, "grant", (node, delay))
                 return
         self._bill()
         self.billed[node.id] = node
         self.cost_rate += self._price_of(node.type) / 3600.0
-        if t.spot:
-            rv = self.run_markets.market(t.market)[0].revoke_time(now, node.slot, group=(t.instance_type, t.zone))
+        if rev is not None:
+            rv = rev.revoke_time(now, node.slot, group=t.group)
             if node.type.cloud == "gcp":
                 rv = min(rv, now + GCP_PREEMPTIBLE_CAP_S)
             node.revoke_at = max(rv, now)

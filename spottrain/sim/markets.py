@@ -56,6 +56,11 @@ class NodeType:
     market: int = 0
     """Whose revocations a spot node of this type follows: 0 the plan's source, k the k-th alternative's."""
 
+    @property
+    def group(self) -> tuple[str, str | None]:
+        """The group an outage of its market takes at once (sampled lifetimes: sim.sources.LifetimeRun)."""
+        return self.instance_type, self.zone
+
 
 # ---------------------------------------------------------------- which other instance types
 def resolve_alternatives(plan, alternatives=None, limit: int = 4) -> list[dict]:
@@ -310,7 +315,7 @@ class RunMarkets:
         rev, slots, _ = self.market(t.market)
         src = self.markets.source(t.market) if t.market else self.main_source
         slot = slots[0] if slots else self.slots
-        if rev.acquire_time(now, slot, group=(t.instance_type, t.zone)) > now:
+        if rev.acquire_time(now, slot, group=t.group) > now:
             return 0.0
         return float(getattr(src, "mean_up_fraction", 1.0))
 

@@ -258,9 +258,13 @@ class _Batch:
             return self._trace_event(r, j, t, _next_up) + wait
         if self.kind == "model" and self.life.outage_share > 0.0:
             run = self.st["idx"][r]
-            strike, back = self.outage_at[run], self.back_at[run]
-            return np.where(self.struck[run] & (strike <= t) & (t < back), back, t + wait)
+            return np.where(self._out_of_capacity(run, t), self.back_at[run], t + wait)
         return t + wait
+
+    def _out_of_capacity(self, run: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Whether the market of runs ``run`` (original positions) has no capacity at ``t``: its
+        group's outage struck and capacity is not back yet (sources.LifetimeRun.acquire_time)."""
+        return self.struck[run] & (self.outage_at[run] <= t) & (t < self.back_at[run])
 
     def _revoke(self, r: np.ndarray, j: np.ndarray, t: np.ndarray) -> np.ndarray:
         """When slots ``j`` of runs ``r``, granted at ``t``, are revoked (inf: never)."""
@@ -272,8 +276,8 @@ class _Batch:
                 life = np.minimum(life, self.life.cap_s)
             if self.life.outage_share == 0.0:
                 return t + life
-            # The group's outage (sources.LifetimeRun): the run's first node granted since its last
-            # outage starts the outage's clock.
+            # The group's outage (sources.LifetimeRun): the run's first node granted while its group
+            # stands empty starts the outage's clock.
             run = self.st["idx"][r]
             fresh = t >= self.last_rv[run]  # every node of the run's group is gone: a fresh outage clock
             if fresh.any():
@@ -582,7 +586,7 @@ class _Batch:
         if self.kind == "model" and self.life.outage_share > 0.0:
             # a node requested before its group's outage is granted only once capacity is back
             run = st["idx"][rr]
-            out = self.struck[run] & (self.outage_at[run] <= now) & (now < self.back_at[run])
+            out = self._out_of_capacity(run, now)
             if out.any():
                 back = self.back_at[run[out]]
                 st["t_grant"][rr[out], jj[out]] = np.where(back > self.s.horizon_s, INF, back)

@@ -34,15 +34,22 @@ def renewal_curve(model, duration_s: float, *, replacement_delay_s: float = 0.0,
     t = np.arange(grid + 1) * dt
     F = np.asarray(model.cdf(np.maximum(t - replacement_delay_s, 0.0)), float)
     F = np.where(t < replacement_delay_s, 0.0, F)
-    f = np.diff(F)  # f[j-1] = P(X in ((j-1) dt, j dt])
-    M = np.zeros(grid + 1)
-    # Trapezoid rule on the convolution: M_k = F_k + sum_j f_j (M_{k-j} + M_{k-j+1}) / 2,
-    # solved for M_k (it appears on both sides through j = 1); error O(dt^2).
-    for k in range(1, grid + 1):
-        back = M[k - 1::-1][:k]  # M_{k-1}, ..., M_0
+    return t, _solve(F, F)
+
+
+def _solve(first: np.ndarray, law: np.ndarray) -> np.ndarray:
+    """R on the grid of ``first`` for R = first + R * law (``first``, ``law``: CDFs on a uniform
+    grid): the expected count by each grid point of a renewal process whose first event follows
+    ``first`` and each later gap ``law``."""
+    f = np.diff(law)  # f[j-1] = P(X in ((j-1) dt, j dt])
+    R = np.zeros(len(first))
+    # Trapezoid rule on the convolution: R_k = first_k + sum_j f_j (R_{k-j} + R_{k-j+1}) / 2,
+    # solved for R_k (it appears on both sides through j = 1); error O(dt^2).
+    for k in range(1, len(first)):
+        back = R[k - 1::-1][:k]  # R_{k-1}, ..., R_0
         s = 0.5 * np.dot(f[:k], back) + 0.5 * np.dot(f[1:k], back[:k - 1])
-        M[k] = (F[k] + s) / (1.0 - 0.5 * f[0])
-    return t, M
+        R[k] = (first[k] + s) / (1.0 - 0.5 * f[0])
+    return R
 
 
 def revocation_curve(model, duration_s: float, delays: tuple[tuple[float, float], ...],
@@ -56,15 +63,8 @@ def revocation_curve(model, duration_s: float, delays: tuple[tuple[float, float]
     T = float(duration_s)
     dt = T / grid
     t = np.arange(grid + 1) * dt
-    F = np.asarray(model.cdf(t), float)
     G = sum(p * np.where(t < d, 0.0, np.asarray(model.cdf(np.maximum(t - d, 0.0)), float)) for p, d in delays)
-    g = np.diff(G)
-    R = np.zeros(grid + 1)
-    for k in range(1, grid + 1):  # trapezoid rule on the convolution, as renewal_curve
-        back = R[k - 1::-1][:k]
-        s_ = 0.5 * np.dot(g[:k], back) + 0.5 * np.dot(g[1:k], back[:k - 1])
-        R[k] = (F[k] + s_) / (1.0 - 0.5 * g[0])
-    return t, R
+    return t, _solve(np.asarray(model.cdf(t), float), G)
 
 
 def renewal_function(model, duration_s: float, *, replacement_delay_s: float = 0.0,
