@@ -70,6 +70,9 @@ class PlanPrediction:
     p_meet_deadline: float | None
     bottleneck: str
     expected_revocations: float
+    p_on_demand: float | None = None
+    """Probability that the deadline policy moves the run to on-demand nodes (None without a
+    deadline or a spot node); the figures above count those runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,6 +234,7 @@ class PlanPredictionSchema(_Strict):
     p_meet_deadline: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None
     bottleneck: str
     expected_revocations: NonNegativeFloat
+    p_on_demand: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> "PlanPredictionSchema":

@@ -22,7 +22,7 @@ from spottrain.errors import UnknownNameError
 from spottrain.policy_base import (EVENTS, REPLACE_MAX_COST_RATIO, Decision, JobState, NodeOption, NodeView, Policy,
                                    _cheapest_spot, _deficit, _same_as, replace_cheapest, replace_same)
 
-__all__ = ["EVENTS", "POLICIES", "REPLACE_MAX_COST_RATIO", "DEADLINE_MARGIN_S", "DEADLINE_MARGIN_SHARE",
+__all__ = ["EVENTS", "POLICIES", "REPLACE_MAX_COST_RATIO", "DEADLINE_MARGIN_S", "DEADLINE_MARGIN_SHARE", "deadline_margin_s",
            "RETURN_BUFFER_SWITCHES", "Decision", "JobState", "NodeOption", "NodeView", "Policy", "deadline_cheapest",
            "deadline_margin", "deadline_return", "get_policy", "no_replace", "register_policy", "replace_cheapest",
            "replace_same", "uniform_progress"]
@@ -74,7 +74,7 @@ DEADLINE_MARGIN_SHARE = 0.1
 """...but never more than this share of the deadline, so short jobs are not pushed on-demand at once."""
 
 
-def _margin_s(deadline_s: float) -> float:
+def deadline_margin_s(deadline_s: float) -> float:
     """:func:`deadline_margin`'s safety margin for a deadline: :data:`DEADLINE_MARGIN_S`, at most
     :data:`DEADLINE_MARGIN_SHARE` of the deadline."""
     return min(DEADLINE_MARGIN_S, DEADLINE_MARGIN_SHARE * deadline_s)
@@ -109,7 +109,7 @@ def deadline_margin(state: JobState) -> Decision:
     on-demand up to one tick late and misses the deadline by minutes; the margin absorbs that.
     """
     if state.deadline_s is not None:
-        margin = _margin_s(state.deadline_s)
+        margin = deadline_margin_s(state.deadline_s)
         state = replace(state, deadline_s=state.deadline_s - margin)
     return uniform_progress(state)
 
@@ -135,7 +135,7 @@ def deadline_return(state: JobState) -> Decision:
         return replace_same(state)
     if state.event == "notice":
         return Decision(checkpoint_now=True, reason="preemption notice: emergency checkpoint")
-    margin = _margin_s(state.deadline_s)
+    margin = deadline_margin_s(state.deadline_s)
     slack, switch_s = _fallback_slack(state)
     slack -= margin
     buffer_s = RETURN_BUFFER_SWITCHES * switch_s
@@ -202,7 +202,7 @@ def deadline_cheapest(state: JobState) -> Decision:
         return Decision()
     if state.event not in ("revoked", "tick", "price_change"):
         return Decision()
-    margin = _margin_s(state.deadline_s)
+    margin = deadline_margin_s(state.deadline_s)
     slack = _fallback_slack(state)[0] - margin
     if slack <= 0:
         return _to_on_demand(state, f"slack {slack:.0f}s <= 0: switch to on-demand to meet the deadline")

@@ -35,6 +35,8 @@ def expected_cells(data: dict) -> dict[str, tuple[float | None, str]]:
         "analytical.p_meet_deadline": (a["p_meet_deadline"], format_probability(a["p_meet_deadline"])),
         "analytical.expected_revocations": (a["expected_revocations"], format_count(a["expected_revocations"])),
     }
+    if a.get("p_on_demand") is not None:  # a deadline and spot nodes: the policy's fallback
+        out["analytical.p_on_demand"] = (a["p_on_demand"], format_probability(a["p_on_demand"]))
     if s:
         out.update({
             "simulated.duration_s": (s["duration_s"], f"{format_duration(s['duration_s'])} (p95 "
@@ -43,4 +45,6 @@ def expected_cells(data: dict) -> dict[str, tuple[float | None, str]]:
             "simulated.deadline_met_rate": (s["deadline_met_rate"], format_rate(s["deadline_met_rate"], runs=s["runs"])),
             "simulated.mean_revocations": (s["mean_revocations"], format_count(s["mean_revocations"])),
         })
+        if s.get("on_demand_rate") is not None:
+            out["simulated.on_demand_rate"] = (s["on_demand_rate"], format_rate(s["on_demand_rate"], runs=s["runs"]))
     return out

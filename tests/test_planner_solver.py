@@ -67,7 +67,8 @@ def test_min_cost_equals_brute_force(deadline_h, quotas, search):
 
 
 def test_quota_forces_a_mix_that_brute_force_confirms(search):
-    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=5 * 3600, offers=SYNTHETIC, max_nodes=6,
+    # V100s only: two of a kind cannot meet the deadline even on demand, four (two of each) can
+    ctx = prepare(WORKLOAD, samples=20e6, deadline_s=20 * 3600, offers=SYNTHETIC, max_nodes=6, gpus=["V100"],
                   quotas={"syn.v100a": 2, "syn.v100b": 2})
     got = solve(ctx, mask=market_mask(ctx))
     assert got is not None and len(got.picks) >= 2, "a quota of 2 per type must force a mix for this deadline"
@@ -155,7 +156,7 @@ def _random_offers(rng):
     return offers
 
 
-@pytest.mark.parametrize("seed", [0, 1, 5, 8, 11])
+@pytest.mark.parametrize("seed", [0, 7, 8, 11, 12])
 def test_a_parameter_server_s_capacity_cuts_no_feasible_mix(seed):
     """Asynchronous requests whose optimum is a mix bound by its one parameter server: the search
     finds the brute-force optimum. A row summing the parts' PS traffic at their own throughput

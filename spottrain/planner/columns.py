@@ -66,6 +66,25 @@ def revocation_stall_s(rev, part_nodes, total_nodes, lost_single=None, lost_outa
     return 2.0 * REGROUP_S * re_forms + (1.0 - w) * single * wait_single + w * outage / part * wait_outage
 
 
+def stall_sd_s(rev, part_nodes, total_nodes, lost_single=None, lost_outage=None):
+    """Standard deviation (s) of the stall one revocation of a spot part costs
+    (:func:`revocation_stall_s`): the replacement delay's spread (:attr:`risk.Revocation.restart_sd_s`,
+    heavy-tailed where capacity runs out for days) times the share of the cluster it idles, a single
+    node's (``lost_single``) or, in the ``outage_share`` of revocations that take the part's whole
+    group, the part's (``lost_outage`` shared by its nodes), plus the spread between the two cases.
+    Counting single revocations only, 2 p3.16xlarge nodes (whose survivor trains as fast as both)
+    had no spread at all, however long their group's outages."""
+    w = rev.outage_share
+    part = np.asarray(part_nodes, float)
+    total = np.asarray(total_nodes, float)
+    single = 1.0 / total if lost_single is None else np.asarray(lost_single, float)
+    outage = (part / total if lost_outage is None else np.asarray(lost_outage, float)) / part
+    d, sd = rev.restart_mean_s, rev.restart_sd_s
+    second = ((1.0 - w) * single**2 + w * outage**2) * (sd**2 + d**2)
+    mean = ((1.0 - w) * single + w * outage) * d
+    return np.sqrt(np.maximum(second - mean**2, 0.0))
+
+
 def _waits(wait_s, total, outage, run_s):
     """(after a single revocation, after an outage): a wait of ``wait_s`` in full where it stops
     the whole cluster (a lone node's; an outage that takes everything, ``outage`` >= 1), else only
@@ -239,7 +258,7 @@ def cluster_revocations(parts: Sequence[tuple[int, float, Any]], total_nodes: in
         single, outage = lost[k] if lost is not None else (None, None)
         rate += r
         smean += r * float(revocation_stall_s(rev, n, total_nodes, single, outage, sync=sync, run_s=run_s))
-        s2 += r * (rev.restart_sd_s * (1.0 / total_nodes if single is None else single)) ** 2
+        s2 += r * float(stall_sd_s(rev, n, total_nodes, single, outage)) ** 2
     if rate > 0:
         return rate, smean / rate, (s2 / rate) ** 0.5
     return rate, REGROUP_S, 0.0
@@ -330,6 +349,9 @@ class Columns:
     p_deadline: np.ndarray | None
     interval_s: np.ndarray
     revocations: np.ndarray
+    p_on_demand: np.ndarray
+    """Probability that the deadline policy moves the run to on-demand nodes (0 without a deadline
+    or a spot node): the times, costs, revocations and P(deadline) above are the run's with it."""
 
     @property
     def size(self) -> int:
@@ -390,7 +412,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
             single[1:] = lost_share(t[:m - 1], t[1:m])
             singles.append(single)
             stops.append(cluster_stop_s(rev, n, n, 1.0, sync=sync))
-            ssd.append(rev.restart_sd_s * single)
+            ssd.append(stall_sd_s(rev, n, n, single, 1.0))
             lose.append(rev.model_loss(n) if sync else 1.0 / n)  # risk.state_loss of n nodes of one market
             notice.append(np.full(m, rev.notice_s))
         else:
@@ -431,9 +453,13 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
                                     work_log_sd=cat(work_sd), state_loss=cat(lose), notice_s=cat(notice))
     # the slots revoked nodes leave empty bill nothing: per kind, the empty time of a revocation
     empty_k = np.zeros(len(thr_k))
+    spot_k = np.zeros(len(thr_k), bool)
     for rev, a_, b_ in zip(revs, seg[:-1], seg[1:]):
         if rev is not None:
             empty_k[a_:b_] = empty_s(rev, n_k[a_:b_], n_k[a_:b_], 1.0, run_s=a.time_mean_s[a_:b_])
+            spot_k[a_:b_] = True
+    fb = (on_demand_fallback(a, cat(work), thr_k, cat(lo), cat(hi), cat(work_sd), job)
+          if job.deadline_s is not None and spot_k.any() else None)
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
     g = cat(pos).astype(int)
@@ -445,9 +471,44 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     node_price = price[cand_a] if g.size else np.zeros(0)
     held = n_a * node_price
     billed = billed_rate(held, a.time_mean_s[g], [(a.revocations[g], node_price, empty_k[g])])
+    times, p_deadline, revocations = (a.time_mean_s, a.time_q_s, a.time_p95_s), a.p_deadline, a.revocations
+    p_on_demand = np.zeros(g.size)
+    if fb is not None:
+        # the deadline policy's fallback: the spot part billed as before, then the same nodes on demand
+        od_rate = n_a * np.array([c.on_demand_price_usd_per_hour for c in cands])[cand_a]
+        sel = spot_k[g]
+        billed = np.where(sel, fallback_rate(billed, od_rate, fb, g), billed)
+        pick = (lambda old, new: np.where(spot_k, new, old))
+        times = tuple(pick(o, f) for o, f in zip(times, (fb.time_mean_s, fb.time_q_s, fb.time_p95_s)))
+        p_deadline, revocations = pick(a.p_deadline, fb.p_deadline), pick(a.revocations, fb.revocations)
+        p_on_demand = np.where(sel, fb.p_switch[g], 0.0)
     return Columns(cand=cand_a, n=n_a, work=work_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
                    price_rate=held, billed_rate=billed, rate=rate_k[g],
-                   stall_mean_s=stall_k[g], stall_sd_s=cat(ssd)[g], time_mean_s=a.time_mean_s[g],
-                   time_q_s=a.time_q_s[g], time_p95_s=a.time_p95_s[g],
-                   p_deadline=None if a.p_deadline is None else a.p_deadline[g], interval_s=a.interval_s[g],
-                   revocations=a.revocations[g])
+                   stall_mean_s=stall_k[g], stall_sd_s=cat(ssd)[g], time_mean_s=times[0][g],
+                   time_q_s=times[1][g], time_p95_s=times[2][g],
+                   p_deadline=None if p_deadline is None else p_deadline[g], interval_s=a.interval_s[g],
+                   revocations=revocations[g], p_on_demand=p_on_demand)
+
+
+def on_demand_fallback(a, work, thr, low, high, work_log_sd, job: Job) -> "risk.Fallback":
+    """:func:`risk.fallback` of spot runs ``a`` of ``job`` (its deadline set) at throughput ``thr``
+    (interval ``[low, high]``): the deadline policy moves a run that falls behind to the same nodes on
+    demand, which boot, restore the last checkpoint and train the rest at the same throughput."""
+    thr = np.asarray(thr, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        free = np.where(thr > 0, np.asarray(work, float) / np.where(thr > 0, thr, 1.0), np.inf)
+    sigma = np.hypot(risk.sigma_from_interval(thr, np.asarray(low, float), np.asarray(high, float)),
+                     np.asarray(work_log_sd, float))
+    start = risk.LAUNCH_S + job.checkpoint_s  # the on-demand nodes boot, set up and restore
+    return risk.fallback(a, free, sigma, deadline_s=job.deadline_s, confidence=job.confidence,
+                         switch_s=start + risk.JOB_SETUP_S + job.checkpoint_s, start_s=start)
+
+
+def fallback_rate(billed, od_rate, fb, idx=slice(None)):
+    """Mean $/h of a run under the on-demand fallback ``fb`` (:func:`on_demand_fallback`): the spot
+    part at its ``billed`` rate over the time on spot, the ``od_rate`` of the same nodes on demand
+    over the time on them (entries ``idx`` of ``fb``)."""
+    time = fb.time_mean_s[idx]
+    ok = np.isfinite(time) & (time > 0)
+    cost = np.asarray(billed, float) * fb.spot_s[idx] + np.asarray(od_rate, float) * fb.on_demand_s[idx]
+    return np.where(ok, cost / np.where(ok, time, 1.0), billed)

@@ -27,8 +27,8 @@ from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (
-    REGROUP_S, Columns, Job, assess_cluster, billed_rate, build_columns, empty_s, lost_shares, node_counts,
-    revocation_stall_s,
+    REGROUP_S, Columns, Job, assess_cluster, billed_rate, build_columns, empty_s, fallback_rate, lost_shares,
+    node_counts, on_demand_fallback, revocation_stall_s,
     throughput_curve, throughput_mix,
 )
 from spottrain.planner.formulation import (MILP_WORK_LIMIT, SAFETY_TIME_LIMIT_S, Limits, Outcome, Picks, SolveStats,
@@ -91,11 +91,24 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     price = sum(n * cands[i].price_usd_per_hour for i, n in picks)
     # a mix is billed at least every node over its failure-free run (billed_rate): the mix search's bound
     free = risk.LAUNCH_S + float(work[0]) / max(thr, 1e-300) if len(picks) > 1 else None
-    billed = float(billed_rate(price, a.time_mean_s[0], _empty_parts(spot_picks, spot, nodes, lost, cands, a), free))
+    billed = billed_rate(price, a.time_mean_s[0], _empty_parts(spot_picks, spot, nodes, lost, cands, a), free)
+    p_on_demand = 0.0
+    if job.deadline_s is not None and spot_picks:
+        # the deadline policy's fallback to the same nodes on demand (columns.on_demand_fallback)
+        fb = on_demand_fallback(a, work, np.array([thr]), np.array([lo]), np.array([hi]),
+                                job.work_log_sd(nodes, gpus), job)
+        od_rate = sum(n * cands[i].on_demand_price_usd_per_hour for i, n in picks)
+        billed = fallback_rate(billed, od_rate, fb)
+        if free is not None:  # the floor again: on demand bills no less than spot
+            billed = np.maximum(billed, price * min(free / float(fb.time_mean_s[0]), 1.0))
+        a = replace(a, time_mean_s=fb.time_mean_s, time_q_s=fb.time_q_s, time_p95_s=fb.time_p95_s,
+                    p_deadline=fb.p_deadline, revocations=fb.revocations)
+        p_on_demand = float(fb.p_switch[0])
     p = None if a.p_deadline is None else float(a.p_deadline[0])
     out = Outcome(picks=tuple(sorted(picks)), time_mean_s=float(a.time_mean_s[0]), time_q_s=float(a.time_q_s[0]),
-                  time_p95_s=float(a.time_p95_s[0]), price_rate=price, billed_rate=billed, p_deadline=p, feasible=True, thr=thr, low=lo,
-                  high=hi, bottleneck=bott, interval_s=float(a.interval_s[0]), revocations=float(a.revocations[0]))
+                  time_p95_s=float(a.time_p95_s[0]), price_rate=price, billed_rate=float(np.ravel(billed)[0]), p_deadline=p,
+                  feasible=True, thr=thr, low=lo, high=hi, bottleneck=bott, interval_s=float(a.interval_s[0]),
+                  revocations=float(a.revocations[0]), p_on_demand=p_on_demand)
     why = _violations(out, cands, limits, job)
     return replace(out, feasible=not why, why_not="; ".join(why))
 
@@ -324,7 +337,11 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             rate = np.zeros(m) if on_demand else n * np.min([r.rate_floor(shortest) for r in revs], axis=0)
             a = risk.assess(job.work(n, n * g), thr, lo, hi, rate, sm, sd, job.checkpoint_s,
                             work_log_sd=job.work_log_sd(n, n * g), state_loss=lose, notice_s=notice)
-            e = np.divide(ONE_JOB, a.time_mean_s, out=np.zeros(m), where=np.isfinite(a.time_mean_s))
+            time = a.time_mean_s
+            if job.deadline_s is not None and not on_demand:
+                # the deadline policy's fallback cuts a slow run short (its time grows with the spot run's)
+                time = on_demand_fallback(a, job.work(n, n * g), thr, lo, hi, job.work_log_sd(n, n * g), job).time_mean_s
+            e = np.divide(ONE_JOB, time, out=np.zeros(m), where=np.isfinite(time))
             out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
         return out
 
@@ -377,6 +394,7 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
         throughput_samples_per_s=o.thr, throughput_low=o.low, throughput_high=o.high, duration_s=o.time_mean_s,
         duration_p95_s=o.time_p95_s, cost_usd=o.cost_usd, cost_p95_usd=o.cost_p95_usd, p_meet_deadline=o.p_deadline,
         bottleneck=o.bottleneck, expected_revocations=o.revocations,
+        p_on_demand=o.p_on_demand if (ctx.limits.deadline_s is not None and spot_nodes) else None,
     )
     pw = PlanWorkload(model=w.model, batch_size=int(w.batch_size), samples_total=ctx.work_of(o.picks),
                       flops_per_sample=float(w.flops_per_sample), param_count=int(w.param_count),

@@ -237,7 +237,7 @@ EXTRA_COST_SHARE = 0.05
 def _figures(pred: Any) -> dict[str, Any]:
     return {"duration_s": pred.duration_s, "duration_p95_s": pred.duration_p95_s, "cost_usd": pred.cost_usd,
             "cost_p95_usd": pred.cost_p95_usd, "p_meet_deadline": pred.p_meet_deadline,
-            "expected_revocations": pred.expected_revocations}
+            "expected_revocations": pred.expected_revocations, "p_on_demand": pred.p_on_demand}
 
 
 def headline(result: Any, refinement: Any = None) -> dict[str, Any]:
@@ -260,7 +260,8 @@ def headline(result: Any, refinement: Any = None) -> dict[str, Any]:
                             "duration_s": chosen.mean_duration_s, "duration_p95_s": chosen.p95_duration_s,
                             "cost_usd": chosen.mean_cost_usd, "cost_p95_usd": chosen.p95_cost_usd,
                             "deadline_met_rate": chosen.met_rate, "finished_rate": chosen.finished_rate,
-                            "mean_revocations": chosen.mean_revocations, "policy": analytical_plan.policy}
+                            "mean_revocations": chosen.mean_revocations, "policy": analytical_plan.policy,
+                            "on_demand_rate": chosen.on_demand_rate}
     else:
         analytical_plan = best
         out["source"] = "analytical model"
@@ -314,6 +315,10 @@ def headline_rows(hl: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                                                 format_rate(sim["deadline_met_rate"], runs=sim["runs"]) if sim else ""))
     rows.append(["revocations"] + both(format_count(a["expected_revocations"]),
                                        format_count(sim["mean_revocations"]) if sim else ""))
+    if a.get("p_on_demand") is not None:
+        rows.append(["moved to on-demand"] + both(format_probability(a["p_on_demand"]),
+                                                  format_rate(sim["on_demand_rate"], runs=sim["runs"])
+                                                  if sim and sim.get("on_demand_rate") is not None else ""))
     return cols, rows
 
 

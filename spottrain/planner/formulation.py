@@ -152,6 +152,9 @@ class Outcome:
     interval_s: float
     revocations: float
     why_not: str = ""
+    p_on_demand: float = 0.0
+    """Probability that the deadline policy moves the run to on-demand nodes (its times, cost,
+    revocations and P(deadline) count it: :func:`spottrain.planner.risk.fallback`)."""
 
     @property
     def cost_usd(self) -> float:

@@ -24,9 +24,9 @@ def headline_html(hl: dict[str, Any]) -> str:
     """The headline table (a column per source) and its sentences, as trusted HTML."""
     cols, rows = headline_rows(hl)
     keys = {"expected time": "duration_s", "expected cost": "cost_usd", "P(meet deadline)": "p_meet_deadline",
-            "revocations": "expected_revocations"}
+            "revocations": "expected_revocations", "moved to on-demand": "p_on_demand"}
     sim_keys = {"duration_s": "duration_s", "cost_usd": "cost_usd", "p_meet_deadline": "deadline_met_rate",
-                "expected_revocations": "mean_revocations"}
+                "expected_revocations": "mean_revocations", "p_on_demand": "on_demand_rate"}
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = []
     for r in rows:

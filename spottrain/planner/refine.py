@@ -96,6 +96,8 @@ class CandidateFigures:
     """Share of runs that met the deadline (None without a deadline)."""
     finished_rate: float
     mean_revocations: float
+    on_demand_rate: float | None
+    """Share of runs the deadline policy moved to on-demand nodes (None where it has none to move)."""
     eligible: bool
     """Whether it satisfies the request in simulation (deadline rate, budget), on its own runs."""
     runs: int = 0
@@ -401,10 +403,10 @@ class _Race:
         self._parts: dict[int, list[tuple]] = {k: [] for k in range(len(setups))}
         self.total_runs = 0
 
-    def data(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(cost, met, makespan or inf, revocations)`` of every run of candidate ``k``."""
+    def data(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(cost, met, makespan or inf, revocations, switched to on-demand)`` of every run of candidate ``k``."""
         parts = self._parts[k]
-        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(5))  # type: ignore[return-value]
 
     def run(self, first: int, most: int, *, t0: float, time_budget_s: float | None,
             progress: Callable[[int, int], None] | None) -> bool:
@@ -445,11 +447,11 @@ class _Race:
 
     # the figures the race compares
     def _ok_hits(self, k: int) -> np.ndarray:
-        c, m, t, _ = self.data(k)
+        c, m, t, _r, _sw = self.data(k)
         return m if self.deadline is not None else np.isfinite(t)
 
     def _metric(self, k: int) -> np.ndarray:
-        c, m, t, _ = self.data(k)
+        c, m, t, _r, _sw = self.data(k)
         if self.deadline is not None:
             return c
         return t
@@ -596,7 +598,7 @@ def refine(
     finished_race = race.run(first, runs, t0=t0, time_budget_s=time_budget_s, progress=progress)
     figures = []
     for k, ((origin, p), src) in enumerate(zip(kept, sources)):
-        c, m, t, r = race.data(k)
+        c, m, t, r, sw = race.data(k)
         fin = t[np.isfinite(t)]
         met = float(m.mean()) if deadline is not None else None
         mean_cost = float(c.mean())
@@ -613,6 +615,7 @@ def refine(
             p95_duration_s=float(np.percentile(fin, 95)) if fin.size else math.inf,
             met_rate=met, finished_rate=float(finished),
             mean_revocations=float(r.mean()) if r is not None else math.nan,
+            on_demand_rate=float(np.mean(sw)) if deadline is not None and p.prediction.p_on_demand is not None else None,
             eligible=ok, runs=len(c), dropped=race.dropped.get(k, "")))
     notes = []
     # the choice is made among the candidates still in contention (those with every run); when the
@@ -671,7 +674,7 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
     p = best.plan
     pred = dataclasses.replace(
         p.prediction, cost_usd=best.mean_cost_usd, cost_p95_usd=best.p95_cost_usd, p_meet_deadline=best.met_rate,
-        expected_revocations=best.mean_revocations if math.isfinite(best.mean_revocations)
+        p_on_demand=best.on_demand_rate, expected_revocations=best.mean_revocations if math.isfinite(best.mean_revocations)
         else p.prediction.expected_revocations)
     if math.isfinite(best.p95_duration_s):  # else no run finished: the analytical durations stay
         pred = dataclasses.replace(pred, duration_s=best.mean_duration_s, duration_p95_s=best.p95_duration_s)
@@ -702,7 +705,7 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
 
 def _pred_dict(pred: PlanPrediction) -> dict[str, Any]:
     return {"duration_s": pred.duration_s, "duration_p95_s": pred.duration_p95_s, "cost_usd": pred.cost_usd,
-            "cost_p95_usd": pred.cost_p95_usd, "p_meet_deadline": pred.p_meet_deadline}
+            "cost_p95_usd": pred.cost_p95_usd, "p_meet_deadline": pred.p_meet_deadline, "p_on_demand": pred.p_on_demand}
 
 
 def plan_refined(workload: Any, *, runs: int = 100, seed: int = 0, traces: Sequence[str] | None = None,

@@ -191,7 +191,7 @@ def revocation(cloud: str, gpu: str, zone: str | None = None) -> Revocation:
     model = lifetime_model(cloud, gpu, zone)
     delay = replacement_delay(cloud, gpu)
     mean_d = float(delay.mean_s)
-    sd = max((float(delay.p95_s) - mean_d) / 1.645, 0.0)
+    sd = delay.sd_s
     src = f"{model.name} lifetime fit" + (f" (pooled from {model.pooled_from})" if model.pooled_from else "")
     return revocation_of(model, restart_mean_s=mean_d, restart_sd_s=sd, source=src,
                          notice_s=PREEMPTION_NOTICE_S.get(cloud, math.inf),
@@ -405,6 +405,11 @@ class Assessment:
     lost_work_s: np.ndarray
     """Expected training lost to revocations that leave no node holding the model (s of the run's
     training, redone): revocations x :func:`state_loss` x the work one such loss costs."""
+    stall_per_s: np.ndarray | None = None
+    """Given the failure-free run ``T0``, the run's stalls (revocations, checkpoints) have mean
+    ``stall_per_s x T0`` ..."""
+    stall_var_per_s: np.ndarray | None = None
+    """... and variance ``stall_var_per_s x T0`` (s^2): :func:`fallback` reads them."""
 
 
 def assess(
@@ -497,4 +502,115 @@ def assess(
         finishes=finishes,
         log_mu=log_mu,
         log_sigma=log_sigma,
+        stall_per_s=np.where(finishes, a - 1.0, inf),
+        stall_var_per_s=np.where(finishes, k, inf),
+    )
+
+
+FALLBACK_NODES = 24
+"""Points of the midpoint rule over the failure-free run's normal score below the switch in :func:`fallback`..."""
+FALLBACK_Z = 8.0
+"""...from this many standard deviations below the median."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fallback:
+    """A spot run under the deadline policy's on-demand fallback (:func:`fallback`), per cluster."""
+
+    time_mean_s: np.ndarray
+    time_q_s: np.ndarray
+    time_p95_s: np.ndarray
+    p_deadline: np.ndarray
+    p_switch: np.ndarray
+    """Probability that the run falls back to on-demand nodes."""
+    spot_s: np.ndarray
+    """Expected wall time on the spot nodes (launch included)."""
+    on_demand_s: np.ndarray
+    """Expected wall time on the on-demand fallback (its start-up included)."""
+    revocations: np.ndarray
+
+
+def _lognormal(mean, var):
+    """(mu, sigma) of the lognormal with this mean and variance."""
+    sig2 = np.log1p(var / np.maximum(mean, 1e-300) ** 2)
+    return np.log(np.maximum(mean, 1e-300)) - sig2 / 2.0, np.sqrt(sig2)
+
+
+def fallback(a: Assessment, free_s, sigma, *, deadline_s: float, confidence: float, switch_s, start_s,
+             launch_s: float = LAUNCH_S) -> Fallback:
+    """A spot run ``a`` (:func:`assess`, spot alone) under the deadline policy
+    (:func:`spottrain.policies.deadline_margin`), which moves the job to the same nodes on demand once
+    the time left to the deadline, brought forward by its margin, only just holds the rest of the work
+    on them and ``switch_s`` (their start-up and restarts). ``free_s``: the failure-free run (s, after
+    launch) at the median throughput, ``sigma`` its log sd (throughput and work); ``start_s``: what a
+    switch costs before the on-demand nodes train.
+
+    The spot run is ``T = F + X``: the failure-free run ``F`` (lognormal: ``free_s``, ``sigma``) and the stalls ``X`` that
+    revocations and checkpoints add, lognormal given ``F`` with :func:`assess`'s mean and variance
+    (``Assessment.stall_per_s``, ``stall_var_per_s``: both in proportion to ``F``; ``F`` integrated on
+    :data:`FALLBACK_NODES` points below ``x``, in closed form above it). The stalls, not the
+    whole run, carry the skew: most runs lose a little, a few lose an outage's hours. The run can
+    absorb stalls up to ``s = x - F``, with ``x = D' - switch_s`` (``D'`` the policy's deadline after
+    launch): the policy switches exactly when ``X > s`` (progress taken as uniform over the spot
+    run), after ``t* = s T / X`` on spot, leaving ``F s / X`` of training to the on-demand nodes, and
+    the run ends at ``x + start_s``. Means (time, time on spot and on demand) are closed-form given
+    ``F``. Where ``F >= x`` even the on-demand nodes from the start would be late: the policy
+    switches at once and the deadline is missed.
+
+    The deadline is met when ``F < x`` (or the spot run alone makes it, :func:`assess`'s P): only the
+    performance model's uncertainty can make the fallback late. Quantiles are the spot run's, cut at
+    the switch. Clusters whose own fallback cannot meet the policy's deadline at the median
+    throughput, or whose spot run never finishes, keep the spot run's figures."""
+    from spottrain.policies import deadline_margin_s  # the policy's own margin
+
+    free = np.asarray(free_s, float)
+    sigma = np.asarray(sigma, float) * np.ones_like(free)
+    start = np.asarray(start_s, float) * np.ones_like(free)
+    x = (deadline_s - deadline_margin_s(deadline_s) - launch_s) - np.asarray(switch_s, float) * np.ones_like(free)
+    run_mean = a.time_mean_s - launch_s
+    use = a.finishes & (x > free) & np.isfinite(run_mean) & (a.stall_per_s > 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        sig = np.maximum(np.where(use, sigma, 0.0), 1e-9)
+        m0 = np.where(use, free, 1.0)
+        xs = np.where(use, x, 2.0)
+        # F below x on a midpoint grid of its normal score (F above x: late, in closed form below)
+        zx = np.minimum(np.log(xs / m0) / sig, FALLBACK_Z)
+        h = (zx + FALLBACK_Z) / FALLBACK_NODES
+        zg = -FALLBACK_Z + h[:, None] * (np.arange(FALLBACK_NODES) + 0.5)
+        w = np.exp(-zg**2 / 2.0) * h[:, None]
+        p_free = normal_cdf(zx)
+        w *= (p_free / w.sum(axis=1))[:, None]
+        f = m0[:, None] * np.exp(sig[:, None] * zg)
+        s = xs[:, None] - f
+        mu, sd = _lognormal(np.where(use, a.stall_per_s, 1.0)[:, None] * f,
+                            np.where(use, a.stall_var_per_s, 1.0)[:, None] * f)
+        sd = np.maximum(sd, 1e-9)
+        zs = (np.log(s) - mu) / sd
+        q = 1.0 - normal_cdf(zs)                                            # P(X > s): the run switches
+        x_below = np.exp(mu + sd**2 / 2.0) * normal_cdf(zs - sd)            # E[X; X <= s]
+        inv_above = np.exp(-mu + sd**2 / 2.0) * normal_cdf(-zs - sd)        # E[1/X; X > s]
+        st = start[:, None]
+        spot_run = (w * ((1.0 - q) * f + x_below + s * q + s * f * inv_above)).sum(axis=1)
+        # late (F >= x): the policy switches at once, and the on-demand nodes train it all
+        late_f = m0 * np.exp(sig**2 / 2.0) * normal_cdf(sig - zx)           # E[F; F >= x]
+        on_demand = (w * (q * (st + f) - f * s * inv_above)).sum(axis=1) + (1.0 - p_free) * start + late_f
+        time = (w * ((1.0 - q) * f + x_below + q * (xs[:, None] + st))).sum(axis=1) + (1.0 - p_free) * start + late_f
+        p_switch = np.where(use, np.clip((w * q).sum(axis=1) + 1.0 - p_free, 0.0, 1.0), 0.0)
+        p_free = np.clip(p_free, 0.0, 1.0)
+        s_ = np.where(use, a.log_sigma, 1.0)
+        zq = NormalDist().inv_cdf(confidence)
+        tq, t95 = np.exp(a.log_mu + zq * s_), np.exp(a.log_mu + Z95 * s_)
+        cut = np.where(use, x, 0.0) + start
+        share = np.where(run_mean > 0, spot_run / np.where(run_mean > 0, run_mean, 1.0), 1.0)
+        revocations = np.where(use, a.revocations * np.where(use, share, 1.0), a.revocations)
+    p_spot = np.zeros(free.shape) if a.p_deadline is None else a.p_deadline
+    return Fallback(
+        time_mean_s=np.where(use, launch_s + time, a.time_mean_s),
+        time_q_s=np.where(use, launch_s + np.where(tq <= cut - start, tq, cut), a.time_q_s),
+        time_p95_s=np.where(use, launch_s + np.where(t95 <= cut - start, t95, cut), a.time_p95_s),
+        p_deadline=np.where(use, np.maximum(p_spot, p_free), p_spot),
+        p_switch=p_switch,
+        spot_s=np.where(use, launch_s + spot_run, a.time_mean_s),
+        on_demand_s=np.where(use, on_demand, 0.0),
+        revocations=revocations,
     )

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S, PREEMPTION_NOTICE_S, vm_startup_s
-from spottrain.policies import _margin_s
+from spottrain.policies import deadline_margin_s
 from spottrain.sim.markets import membership_key
 from spottrain.sim.setup import RunResult, SimSetup
 from spottrain.sim.sources import (CapacityTrace, LifetimeSource, NoRevocations, TracePool, replacement_sampler,
@@ -239,7 +239,7 @@ class _Batch:
         # deadline policy constants (uniform progress on the on-demand fallback)
         self.deadline = setup.plan.deadline_s
         if self.rule.margin is not None and self.deadline is not None and setup.od_fallback and self.spot:
-            margin = _margin_s(self.deadline) if self.rule.margin == "margin" else 0.0
+            margin = deadline_margin_s(self.deadline) if self.rule.margin == "margin" else 0.0
             self.od_rate = max(sum(o.throughput for o in setup.od_fallback), 1e-12)
             od_delay = max(o.delay_s for o in setup.od_fallback)
             self.slack_base = self.deadline - margin - (setup.restart_s + setup.checkpoint_cost_s) - od_delay

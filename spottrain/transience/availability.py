@@ -22,6 +22,7 @@ and boot phases measured by CM-DARE (preemptible or on-demand; K80/P100, used fo
 from __future__ import annotations
 
 import functools
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -316,6 +317,14 @@ class ReplacementDelay:
     @property
     def p95_s(self) -> float:
         return float(np.quantile(self._draws, 0.95))
+
+    @property
+    def sd_s(self) -> float:
+        """Standard deviation (s) of the delay: the waits' and the start-ups' (independent), exactly
+        from the observations. Heavy-tailed where capacity runs out for days (AWS V100: 7.9 h against
+        a 1.9 h mean; (p95 - mean) / 1.645 reads 2.1 h)."""
+        var = float(self.waits_s.var()) if len(self.waits_s) else 0.0
+        return math.sqrt(var + float(self.startups_s.var()))
 
     @property
     def mean_wait_s(self) -> float:
