@@ -45,6 +45,13 @@ The model (vectorized over numpy arrays, one entry per candidate cluster):
   GCE GPU VMs, mean 87 s) plus job set-up (environment, data, first restore). It is billed like the rest, so it keeps the planner from buying hundreds of
   GPUs for a two-minute job. ``T = LAUNCH_S + T'``: means and quantiles shift by it, and
   ``P(T <= D) = P(T' <= D - LAUNCH_S)``.
+- The deadline policy's fallback (:func:`fallback`). A spot plan with a deadline runs under
+  ``deadline-margin``, which moves the job to the same nodes on demand once the slack is gone, so
+  its time, cost and P(deadline) are that run's: the run switches when its stalls exceed what the
+  deadline can absorb, and the deadline is missed only when the failure-free run itself does not
+  fit (the throughput's uncertainty). A replacement delay's spread is its observations' (AWS
+  V100: 7.9 h for a 1.9 h mean; a few waits last days), and a revocation's stall spread counts its
+  group's outages (:func:`spottrain.planner.columns.stall_sd_s`).
 """
 
 from __future__ import annotations
