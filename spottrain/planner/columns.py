@@ -316,6 +316,11 @@ class Job:
             return np.full(np.shape(np.atleast_1d(nodes)), self.samples)
         return self.work_rule.samples(nodes, gpus, self.sync)
 
+    @property
+    def fallback_terms(self) -> dict[str, float]:
+        """What :func:`on_demand_fallback` needs of the job besides the runs."""
+        return {"deadline_s": self.deadline_s, "confidence": self.confidence, "checkpoint_s": self.checkpoint_s}
+
     def work_log_sd(self, nodes, gpus) -> np.ndarray:
         """Log-sd of that work: 0 for a fixed sample count, the convergence model's for a target loss."""
         if self.work_rule is None:
@@ -458,7 +463,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         if rev is not None:
             empty_k[a_:b_] = empty_s(rev, n_k[a_:b_], n_k[a_:b_], 1.0, run_s=a.time_mean_s[a_:b_])
             spot_k[a_:b_] = True
-    fb = (on_demand_fallback(a, cat(work), thr_k, cat(lo), cat(hi), cat(work_sd), job)
+    fb = (on_demand_fallback(a, cat(work), thr_k, cat(lo), cat(hi), cat(work_sd), **job.fallback_terms)
           if job.deadline_s is not None and spot_k.any() else None)
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
@@ -475,13 +480,11 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
     p_on_demand = np.zeros(g.size)
     if fb is not None:
         # the deadline policy's fallback: the spot part billed as before, then the same nodes on demand
+        # (rows it does not apply to, on-demand ones among them, keep their figures in fb)
         od_rate = n_a * np.array([c.on_demand_price_usd_per_hour for c in cands])[cand_a]
-        sel = spot_k[g]
-        billed = np.where(sel, fallback_rate(billed, od_rate, fb, g), billed)
-        pick = (lambda old, new: np.where(spot_k, new, old))
-        times = tuple(pick(o, f) for o, f in zip(times, (fb.time_mean_s, fb.time_q_s, fb.time_p95_s)))
-        p_deadline, revocations = pick(a.p_deadline, fb.p_deadline), pick(a.revocations, fb.revocations)
-        p_on_demand = np.where(sel, fb.p_switch[g], 0.0)
+        billed = fallback_rate(billed, od_rate, fb, g)
+        times = (fb.time_mean_s, fb.time_q_s, fb.time_p95_s)
+        p_deadline, revocations, p_on_demand = fb.p_deadline, fb.revocations, fb.p_switch[g]
     return Columns(cand=cand_a, n=n_a, work=work_a, thr=thr_k[g], low=cat(lo)[g], high=cat(hi)[g], bottleneck=bott_a[g],
                    price_rate=held, billed_rate=billed, rate=rate_k[g],
                    stall_mean_s=stall_k[g], stall_sd_s=cat(ssd)[g], time_mean_s=times[0][g],
@@ -490,18 +493,19 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
                    revocations=revocations[g], p_on_demand=p_on_demand)
 
 
-def on_demand_fallback(a, work, thr, low, high, work_log_sd, job: Job) -> "risk.Fallback":
-    """:func:`risk.fallback` of spot runs ``a`` of ``job`` (its deadline set) at throughput ``thr``
-    (interval ``[low, high]``): the deadline policy moves a run that falls behind to the same nodes on
-    demand, which boot, restore the last checkpoint and train the rest at the same throughput."""
-    thr = np.asarray(thr, float)
+def on_demand_fallback(a, work, thr, low, high, work_log_sd, *, deadline_s: float, confidence: float,
+                       checkpoint_s: float) -> "risk.Fallback":
+    """:func:`risk.fallback` of spot runs ``a`` (:func:`risk.assess`) of ``work`` samples at throughput
+    ``thr`` (interval ``[low, high]``) under a deadline: the deadline policy moves a run that falls
+    behind to the same nodes on demand, which boot, restore the last checkpoint (``checkpoint_s``)
+    and train the rest at the same throughput."""
+    thr, low, high = (np.atleast_1d(np.asarray(v, float)) for v in (thr, low, high))
     with np.errstate(divide="ignore", invalid="ignore"):
         free = np.where(thr > 0, np.asarray(work, float) / np.where(thr > 0, thr, 1.0), np.inf)
-    sigma = np.hypot(risk.sigma_from_interval(thr, np.asarray(low, float), np.asarray(high, float)),
-                     np.asarray(work_log_sd, float))
-    start = risk.LAUNCH_S + job.checkpoint_s  # the on-demand nodes boot, set up and restore
-    return risk.fallback(a, free, sigma, deadline_s=job.deadline_s, confidence=job.confidence,
-                         switch_s=start + risk.JOB_SETUP_S + job.checkpoint_s, start_s=start)
+    sigma = np.hypot(risk.sigma_from_interval(thr, low, high), np.asarray(work_log_sd, float))
+    start = risk.LAUNCH_S + checkpoint_s  # the on-demand nodes boot, set up and restore
+    return risk.fallback(a, free, sigma, deadline_s=deadline_s, confidence=confidence,
+                         switch_s=start + risk.JOB_SETUP_S + checkpoint_s, start_s=start)
 
 
 def fallback_rate(billed, od_rate, fb, idx=slice(None)):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from spottrain.planner import risk
-from spottrain.planner.columns import assess_cluster, lost_shares
+from spottrain.planner.columns import assess_cluster, lost_shares, on_demand_fallback
 from spottrain.transience.select import known_pools, lifetime_model
 from spottrain.units import (
     format_count, format_duration, format_interval, format_probability, format_rate, format_usd, plural,
@@ -195,6 +195,10 @@ def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float 
     a = assess_cluster(revs, total, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
                        p.throughput_high, ckpt, deadline_s=plan.deadline_s, confidence=plan.confidence,
                        work_log_sd=work_sd, lost=lost, sync=plan.sync != "async")
+    if revs:  # the deadline policy's fallback to the same nodes on demand, as the planner counts it
+        a = on_demand_fallback(a, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
+                               p.throughput_high, work_sd, deadline_s=plan.deadline_s, confidence=plan.confidence,
+                               checkpoint_s=ckpt)
     return float(a.p_deadline[0])
 
 
