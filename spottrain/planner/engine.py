@@ -341,7 +341,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             if job.deadline_s is not None and not on_demand:
                 # the deadline policy's fallback cuts a slow run short (its time grows with the spot run's)
                 time = on_demand_fallback(a, job.work(n, n * g), thr, lo, hi, job.work_log_sd(n, n * g),
-                                          **job.fallback_terms).time_mean_s
+                                          quantiles=False, **job.fallback_terms).time_mean_s
             e = np.divide(ONE_JOB, time, out=np.zeros(m), where=np.isfinite(time))
             out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
         return out
