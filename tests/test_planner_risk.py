@@ -558,6 +558,6 @@ def test_the_fallback_needs_the_on_demand_nodes_to_make_it():
     # the policy ends a switched run before its deadline, where the throughput is the predicted one
     exact = risk.fallback(a, free, 0.0 * sigma, deadline_s=deadlines[0], confidence=0.95, switch_s=300.0, start_s=200.0)
     assert exact.time_p95_s[0] <= deadlines[0] - 1200 and exact.p_deadline[0] == pytest.approx(1.0)
-    # P: the failure-free run (8 h, log sd of the interval) inside 8.45 h: about Phi(ln(8.45/8) / sigma)
-    want = float(risk.normal_cdf(np.log(8.45 / 8.0) / sigma[0]))
+    # P: the failure-free run (8 h with its checkpoints, log sd of the interval) inside 8.45 h
+    want = float(risk.normal_cdf(np.log(8.45 / (8.0 * a.overhead[0])) / sigma[0]))
     assert tight.p_deadline[0] == pytest.approx(want, abs=0.02)

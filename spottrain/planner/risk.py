@@ -416,7 +416,10 @@ class Assessment:
     """Given the failure-free run ``T0``, the run's stalls (revocations, checkpoints) have mean
     ``stall_per_s x T0`` ..."""
     stall_var_per_s: np.ndarray | None = None
-    """... and variance ``stall_var_per_s x T0`` (s^2): :func:`fallback` reads them."""
+    """... and variance ``stall_var_per_s x T0`` (s^2): :func:`fallback` reads them ..."""
+    overhead: np.ndarray | None = None
+    """... and the checkpoints' share of them: the failure-free run with its checkpoints is
+    ``overhead x T0`` (``1 + c / tau``)."""
 
 
 def assess(
@@ -511,6 +514,7 @@ def assess(
         log_sigma=log_sigma,
         stall_per_s=np.where(finishes, a - 1.0, inf),
         stall_var_per_s=np.where(finishes, k, inf),
+        overhead=overhead * np.ones(thr.shape),
     )
 
 
@@ -662,11 +666,14 @@ def fallback(a: Assessment, free_s, sigma, *, deadline_s: float, confidence: flo
     start = np.asarray(start_s, float) * np.ones_like(free)
     x = (deadline_s - deadline_margin_s(deadline_s) - launch_s) - np.asarray(switch_s, float) * np.ones_like(free)
     run_mean = a.time_mean_s - launch_s
-    use = a.finishes & (x > free) & np.isfinite(run_mean) & (a.stall_per_s > 0)
+    use = a.finishes & (x > free * a.overhead) & np.isfinite(run_mean) & (a.stall_per_s + 1.0 > a.overhead)
     time, spot_run, on_demand, p_switch, p_free, tq, t95 = (np.zeros(free.shape) for _ in range(7))
     k = np.flatnonzero(use)
     if k.size:
-        rows = (free[k], sigma[k], x[k], start[k], a.stall_per_s[k], a.stall_var_per_s[k])
+        # the run as the policy and the on-demand nodes see it: checkpoints at the plan's interval
+        # included (the policy reads the throughput net of them), revocations' stalls apart
+        ov = a.overhead[k]
+        rows = (free[k] * ov, sigma[k], x[k], start[k], (a.stall_per_s[k] + 1.0 - ov) / ov, a.stall_var_per_s[k] / ov)
         time[k], spot_run[k], on_demand[k], p_switch[k], p_free[k] = _fallback_means(*rows)
         if quantiles:
             tq[k], t95[k] = _fallback_quantiles(*rows, (confidence, 0.95))
