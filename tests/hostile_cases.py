@@ -122,6 +122,7 @@ def build_fixtures(root: Path) -> dict[str, Path]:
     plan_variant("deadline_neg", lambda d: d.update(deadline_s=-1))
     plan_variant("groups_dict", lambda d: d.update(groups={"a": 1}))
     plan_variant("confidence_2", lambda d: d.update(confidence=2))
+    plan_variant("on_demand_2", lambda d: d["prediction"].update(p_on_demand=1.5))
     plan_variant("gpus_per_node_64", lambda d: d["groups"][0].update(gpus_per_node=64))
     put("plan_inf.json", json.dumps(plan).replace('"checkpoint_interval_s": 600', '"checkpoint_interval_s": 1e999'))
     put("plan_nan.json", json.dumps(plan).replace('"checkpoint_interval_s": 600', '"checkpoint_interval_s": NaN'))
@@ -221,7 +222,7 @@ def cases() -> list[Case]:
     plan_bad = ["plan_neg_interval", "plan_neg_price", "plan_count0", "plan_count_huge", "plan_count_str",
                 "plan_count_frac", "plan_gpu_mismatch", "plan_cloud_bad", "plan_region_bad", "plan_no_groups",
                 "plan_no_prediction", "plan_extra_key", "plan_sync_bad", "plan_policy_bad", "plan_deadline_neg",
-                "plan_groups_dict", "plan_confidence_2", "plan_gpus_per_node_64", "plan_inf", "plan_nan",
+                "plan_groups_dict", "plan_confidence_2", "plan_on_demand_2", "plan_gpus_per_node_64", "plan_inf", "plan_nan",
                 "plan_list", "plan_truncated", "plan_deep"]
     cs += _file_cases(["simulate", "--runs", "5"], "--plan", "plan", plan_bad)
     for bad in ["binary", "plan_neg_price", "plan_list", "adir"]:
