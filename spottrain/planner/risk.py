@@ -564,22 +564,28 @@ def _normal_cdf_fast(z) -> np.ndarray:
     return 0.5 * np.where(y >= 0, erfc, 2.0 - erfc)
 
 
+def _fallback_grid(free, sigma, x, stall_per_s, stall_var_per_s):
+    """The failure-free run ``F`` below the switch ``x`` on a midpoint grid of its normal score (above
+    it, late, :func:`_fallback_means` reads it in closed form), and the stalls' lognormal at each point:
+    ``(sigma, z of x, P(F < x), weights, F, mu, sd)``, rows by points."""
+    sig = np.maximum(sigma, 1e-9)
+    zx = np.minimum(np.log(x / free) / sig, FALLBACK_Z)
+    h = (zx + FALLBACK_Z) / FALLBACK_NODES
+    zg = -FALLBACK_Z + h[:, None] * (np.arange(FALLBACK_NODES) + 0.5)
+    w = np.exp(-zg**2 / 2.0) * h[:, None]
+    p_free = _normal_cdf_fast(zx)
+    w *= (p_free / w.sum(axis=1))[:, None]
+    f = free[:, None] * np.exp(sig[:, None] * zg)
+    mu, sd = _lognormal(stall_per_s[:, None] * f, stall_var_per_s[:, None] * f)
+    return sig, zx, p_free, w, f, mu, np.maximum(sd, 1e-9)
+
+
 def _fallback_means(free, sigma, x, start, stall_per_s, stall_var_per_s):
     """:func:`fallback`'s means over the failure-free run ``F`` (rows where the fallback applies):
     ``(time, time on spot, time on demand, P(switch), P(F < x))``, each after launch."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        sig = np.maximum(sigma, 1e-9)
-        # F below x on a midpoint grid of its normal score (F above x: late, in closed form below)
-        zx = np.minimum(np.log(x / free) / sig, FALLBACK_Z)
-        h = (zx + FALLBACK_Z) / FALLBACK_NODES
-        zg = -FALLBACK_Z + h[:, None] * (np.arange(FALLBACK_NODES) + 0.5)
-        w = np.exp(-zg**2 / 2.0) * h[:, None]
-        p_free = _normal_cdf_fast(zx)
-        w *= (p_free / w.sum(axis=1))[:, None]
-        f = free[:, None] * np.exp(sig[:, None] * zg)
+        sig, zx, p_free, w, f, mu, sd = _fallback_grid(free, sigma, x, stall_per_s, stall_var_per_s)
         s = x[:, None] - f
-        mu, sd = _lognormal(stall_per_s[:, None] * f, stall_var_per_s[:, None] * f)
-        sd = np.maximum(sd, 1e-9)
         zs = (np.log(s) - mu) / sd
         q = 1.0 - _normal_cdf_fast(zs)                                            # P(X > s): the run switches
         x_below = np.exp(mu + sd**2 / 2.0) * _normal_cdf_fast(zs - sd)            # E[X; X <= s]
@@ -605,15 +611,7 @@ def _fallback_quantiles(free, sigma, x, start, stall_per_s, stall_var_per_s, pro
     of 2 p5en.48xlarge nodes over 1.6 h of training at 7.5 h, where the simulator's is 2.9 h: the
     spread is the stalls' (AWS's waits for capacity), and most runs have none."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        sig = np.maximum(sigma, 1e-9)
-        zx = np.minimum(np.log(x / free) / sig, FALLBACK_Z)
-        h = (zx + FALLBACK_Z) / FALLBACK_NODES
-        zg = -FALLBACK_Z + h[:, None] * (np.arange(FALLBACK_NODES) + 0.5)
-        w = np.exp(-zg**2 / 2.0) * h[:, None]
-        w *= (_normal_cdf_fast(zx) / w.sum(axis=1))[:, None]
-        f = free[:, None] * np.exp(sig[:, None] * zg)
-        mu, sd = _lognormal(stall_per_s[:, None] * f, stall_var_per_s[:, None] * f)
-        sd = np.maximum(sd, 1e-9)
+        sig, _zx, _p, w, f, mu, sd = _fallback_grid(free, sigma, x, stall_per_s, stall_var_per_s)
 
         def cdf(t):  # P(F + X <= t), t per row
             gap = t[:, None] - f
