@@ -274,8 +274,9 @@ MOVED = [
     "|log(predicted / simulated)| 0.789 -> 0.727 over every run (median ratio 0.46 -> 0.48), 0.075 -> 0.078 over "
     "the runs that stayed on spot. The replays are 1-node traces whose every drop takes the whole cluster for "
     "hours, where the model, from the fitted laws, expects fewer and shorter outages.",
-    "- Baselines: SkyPilot's rule (our GPU count at the cheapest $/h) now puts ResNet-50's 8 GPUs at 16 and 36 h "
-    "on 8x p3.2xlarge (no deadline met, $2,046); CM-DARE's moves with ours.", "",
+    "- Baselines: SkyPilot's rule (our GPU count at the cheapest $/h) puts every plan of one 8-GPU node (ResNet-50 "
+    "at 36 h, BERT-base at 12 and 48 h) on 8x p3.2xlarge, whose ring over 10 Gbit/s meets no deadline ($2,046-2,917 "
+    "replayed); CM-DARE's moves with ours.", "",
     "## One page back (billing, outages)", "",
     "The expected cost is now what the cloud bills: a spot node from its grant to its revocation, so the slot a "
     "revoked node leaves bills nothing while its replacement is awaited (`planner.columns.billed_rate`; before, "
