@@ -71,14 +71,20 @@ def test_shipped_default_parameters_equal_a_fresh_fit():
 
 def test_uncached_prediction_is_fast():
     w = Workload.from_zoo("resnet50", 64)
-    predict_throughput(w, "1xV100")
-    t = time.perf_counter()
-    n = 0
-    for i in range(1, 65):
-        for ps in (0, 1, 2):
-            predict_throughput(w, f"{i}xV100", ps=ps, sync="sync", network_gbps=9.5)  # unseen keys: no memo hit
-            n += 1
-    assert (time.perf_counter() - t) / n < 300e-6  # ~50 us here; loose for slow CI machines
+
+    def per_call(gbps: float) -> float:
+        t = time.perf_counter()
+        n = 0
+        for i in range(1, 65):
+            for ps in (0, 1, 2):
+                predict_throughput(w, f"{i}xV100", ps=ps, sync="sync", network_gbps=gbps)  # unseen keys: no memo hit
+                n += 1
+        return (time.perf_counter() - t) / n
+
+    # the first sweep pays every path's one-time costs (lazy imports, the parameter servers' tables),
+    # which a worker of the parallel suite may not have paid yet; the later sweeps' keys are unseen too
+    per_call(9.5)
+    assert min(per_call(9.6), per_call(9.7)) < 300e-6  # ~50 us here; loose for slow CI machines
 
 
 def test_instance_types_use_catalog_gpu_count_and_network():
