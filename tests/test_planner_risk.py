@@ -546,17 +546,19 @@ def test_the_fallback_needs_the_on_demand_nodes_to_make_it():
     all; one with a day to spare never does and keeps the spot run's figures; P(deadline) is the chance
     that the failure-free run fits before the policy's deadline, whatever the spot run's spread."""
     thr, work = np.array([100.0] * 3), 100.0 * 3600 * np.array([8.0, 8.0, 8.0])
+    import dataclasses
+
     a = risk.assess(work, thr, thr * 0.9, thr / 0.9, np.full(3, 2e-4), np.full(3, 1800.0), np.full(3, 3600.0), 20.0)
-    free = work / thr
     sigma = risk.sigma_from_interval(thr, thr * 0.9, thr / 0.9)
     deadlines = (8.45 * 3600 + 1200 + risk.LAUNCH_S + 300, 100 * 3600)
-    out = [risk.fallback(a, free, sigma, deadline_s=d, confidence=0.95, switch_s=300.0, start_s=200.0)
+    out = [risk.fallback(a, deadline_s=d, confidence=0.95, switch_s=300.0, start_s=200.0)
            for d in deadlines]
     tight, loose = out[0], out[1]
     assert tight.p_switch[0] > 0.9 and tight.on_demand_s[0] > 3600
     assert loose.p_switch[1] < 1e-3 and loose.time_mean_s[1] == pytest.approx(a.time_mean_s[1], rel=1e-3)
     # the policy ends a switched run before its deadline, where the throughput is the predicted one
-    exact = risk.fallback(a, free, 0.0 * sigma, deadline_s=deadlines[0], confidence=0.95, switch_s=300.0, start_s=200.0)
+    exact = risk.fallback(dataclasses.replace(a, free_log_sd=0.0 * a.free_log_sd), deadline_s=deadlines[0],
+                          confidence=0.95, switch_s=300.0, start_s=200.0)
     assert exact.time_p95_s[0] <= deadlines[0] - 1200 and exact.p_deadline[0] == pytest.approx(1.0)
     # P: the failure-free run (8 h with its checkpoints, log sd of the interval) inside 8.45 h
     want = float(risk.normal_cdf(np.log(8.45 / (8.0 * a.overhead[0])) / sigma[0]))

@@ -463,7 +463,7 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
         if rev is not None:
             empty_k[a_:b_] = empty_s(rev, n_k[a_:b_], n_k[a_:b_], 1.0, run_s=a.time_mean_s[a_:b_])
             spot_k[a_:b_] = True
-    fb = (on_demand_fallback(a, cat(work), thr_k, cat(lo), cat(hi), cat(work_sd), quantiles=False, **job.fallback_terms)
+    fb = (on_demand_fallback(a, quantiles=False, **job.fallback_terms)
           if job.deadline_s is not None and spot_k.any() else None)
     pos = [offset[kind_of[i]] + np.arange(int(limits[i])) for i in range(len(cands)) if limits[i] >= 1]
     cand = [np.full(int(limits[i]), i) for i in range(len(cands)) if limits[i] >= 1]
@@ -493,18 +493,14 @@ def build_columns(job: Job, cands: Sequence[Candidate], limits: np.ndarray) -> C
                    revocations=revocations[g], p_on_demand=p_on_demand)
 
 
-def on_demand_fallback(a, work, thr, low, high, work_log_sd, *, deadline_s: float, confidence: float,
-                       checkpoint_s: float, quantiles: bool = True) -> "risk.Fallback":
-    """:func:`risk.fallback` of spot runs ``a`` (:func:`risk.assess`) of ``work`` samples at throughput
-    ``thr`` (interval ``[low, high]``) under a deadline: the deadline policy moves a run that falls
-    behind to the same nodes on demand, which boot, restore the last checkpoint (``checkpoint_s``)
-    and train the rest at the same throughput; ``quantiles``: see :func:`risk.fallback`."""
-    thr, low, high = (np.atleast_1d(np.asarray(v, float)) for v in (thr, low, high))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        free = np.where(thr > 0, np.asarray(work, float) / np.where(thr > 0, thr, 1.0), np.inf)
-    sigma = np.hypot(risk.sigma_from_interval(thr, low, high), np.asarray(work_log_sd, float))
+def on_demand_fallback(a, *, deadline_s: float, confidence: float, checkpoint_s: float,
+                       quantiles: bool = True) -> "risk.Fallback":
+    """:func:`risk.fallback` of spot runs ``a`` (:func:`risk.assess`) under a deadline: the deadline
+    policy moves a run that falls behind to the same nodes on demand, which boot, restore the last
+    checkpoint (``checkpoint_s``) and train the rest at the same throughput; ``quantiles``: see
+    :func:`risk.fallback`."""
     start = risk.LAUNCH_S + checkpoint_s  # the on-demand nodes boot, set up and restore
-    return risk.fallback(a, free, sigma, deadline_s=deadline_s, confidence=confidence,
+    return risk.fallback(a, deadline_s=deadline_s, confidence=confidence,
                          switch_s=start + risk.JOB_SETUP_S + checkpoint_s, start_s=start, quantiles=quantiles)
 
 

@@ -95,8 +95,7 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
     p_on_demand = 0.0
     if job.deadline_s is not None and spot_picks:
         # the deadline policy's fallback to the same nodes on demand (columns.on_demand_fallback)
-        fb = on_demand_fallback(a, work, np.array([thr]), np.array([lo]), np.array([hi]),
-                                job.work_log_sd(nodes, gpus), **job.fallback_terms)
+        fb = on_demand_fallback(a, **job.fallback_terms)
         od_rate = sum(n * cands[i].on_demand_price_usd_per_hour for i, n in picks)
         billed = fallback_rate(billed, od_rate, fb)
         if free is not None:  # the floor again: on demand bills no less than spot
@@ -340,8 +339,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
             time = a.time_mean_s
             if job.deadline_s is not None and not on_demand:
                 # the deadline policy's fallback cuts a slow run short (its time grows with the spot run's)
-                time = on_demand_fallback(a, job.work(n, n * g), thr, lo, hi, job.work_log_sd(n, n * g),
-                                          quantiles=False, **job.fallback_terms).time_mean_s
+                time = on_demand_fallback(a, quantiles=False, **job.fallback_terms).time_mean_s
             e = np.divide(ONE_JOB, time, out=np.zeros(m), where=np.isfinite(time))
             out.append(({i for i in members if ctx.cands[i].shape == shape}, e * (1 + 1e-9)))
         return out

@@ -196,9 +196,7 @@ def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float 
                        p.throughput_high, ckpt, deadline_s=plan.deadline_s, confidence=plan.confidence,
                        work_log_sd=work_sd, lost=lost, sync=plan.sync != "async")
     if revs:  # the deadline policy's fallback to the same nodes on demand, as the planner counts it
-        a = on_demand_fallback(a, plan.workload.samples_total, p.throughput_samples_per_s, p.throughput_low,
-                               p.throughput_high, work_sd, deadline_s=plan.deadline_s, confidence=plan.confidence,
-                               checkpoint_s=ckpt)
+        a = on_demand_fallback(a, deadline_s=plan.deadline_s, confidence=plan.confidence, checkpoint_s=ckpt)
     return float(a.p_deadline[0])
 
 

@@ -412,8 +412,12 @@ class Assessment:
     lost_work_s: np.ndarray
     """Expected training lost to revocations that leave no node holding the model (s of the run's
     training, redone): revocations x :func:`state_loss` x the work one such loss costs."""
+    free_s: np.ndarray | None = None
+    """The failure-free run ``T0`` at the median throughput (s, after launch) ..."""
+    free_log_sd: np.ndarray | None = None
+    """... its log sd (the throughput's interval and the work's spread) ..."""
     stall_per_s: np.ndarray | None = None
-    """Given the failure-free run ``T0``, the run's stalls (revocations, checkpoints) have mean
+    """... and, given ``T0``, the run's stalls (revocations, checkpoints) have mean
     ``stall_per_s x T0`` ..."""
     stall_var_per_s: np.ndarray | None = None
     """... and variance ``stall_var_per_s x T0`` (s^2): :func:`fallback` reads them ..."""
@@ -512,6 +516,8 @@ def assess(
         finishes=finishes,
         log_mu=log_mu,
         log_sigma=log_sigma,
+        free_s=m0,
+        free_log_sd=sigma * np.ones(thr.shape),
         stall_per_s=np.where(finishes, a - 1.0, inf),
         stall_var_per_s=np.where(finishes, k, inf),
         overhead=overhead * np.ones(thr.shape),
@@ -630,16 +636,16 @@ def _fallback_quantiles(free, sigma, x, start, stall_per_s, stall_var_per_s, pro
     return out
 
 
-def fallback(a: Assessment, free_s, sigma, *, deadline_s: float, confidence: float, switch_s, start_s,
+def fallback(a: Assessment, *, deadline_s: float, confidence: float, switch_s, start_s,
              launch_s: float = LAUNCH_S, quantiles: bool = True) -> Fallback:
     """A spot run ``a`` (:func:`assess`, spot alone) under the deadline policy
     (:func:`spottrain.policies.deadline_margin`), which moves the job to the same nodes on demand once
     the time left to the deadline, brought forward by its margin, only just holds the rest of the work
-    on them and ``switch_s`` (their start-up and restarts). ``free_s``: the failure-free run (s, after
-    launch) at the median throughput, ``sigma`` its log sd (throughput and work); ``start_s``: what a
-    switch costs before the on-demand nodes train.
+    on them and ``switch_s`` (their start-up and restarts); ``start_s``: what a switch costs before
+    the on-demand nodes train.
 
-    The spot run is ``T = F + X``: the failure-free run ``F`` (lognormal: ``free_s``, ``sigma``) and the stalls ``X`` that
+    The spot run is ``T = F + X``: the failure-free run ``F`` (lognormal: ``Assessment.free_s``,
+    ``free_log_sd``) and the stalls ``X`` that
     revocations and checkpoints add, lognormal given ``F`` with :func:`assess`'s mean and variance
     (``Assessment.stall_per_s``, ``stall_var_per_s``: both in proportion to ``F``; ``F`` integrated on
     :data:`FALLBACK_NODES` points below ``x``, in closed form above it). The stalls, not the
@@ -659,8 +665,7 @@ def fallback(a: Assessment, free_s, sigma, *, deadline_s: float, confidence: flo
     throughput, or whose spot run never finishes, keep the spot run's figures."""
     from spottrain.policies import deadline_margin_s  # the policy's own margin
 
-    free = np.asarray(free_s, float)
-    sigma = np.asarray(sigma, float) * np.ones_like(free)
+    free, sigma = a.free_s, a.free_log_sd
     start = np.asarray(start_s, float) * np.ones_like(free)
     x = (deadline_s - deadline_margin_s(deadline_s) - launch_s) - np.asarray(switch_s, float) * np.ones_like(free)
     run_mean = a.time_mean_s - launch_s
