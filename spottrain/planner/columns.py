@@ -122,12 +122,18 @@ def billed_rate(price_rate, time_mean_s, parts, free_s=None):
     held = np.asarray(price_rate, float)
     idle = sum(np.asarray(r, float) * price * np.asarray(e, float) for r, price, e in parts)
     ok = np.isfinite(time) & (time > 0)
-    safe = np.where(ok, time, 1.0)
-    cut = np.where(ok, idle / safe, 0.0)
-    if free_s is None:
-        return np.maximum(held - cut, 0.0)
-    floor = np.where(ok, held * np.minimum(np.asarray(free_s, float) / safe, 1.0), held)
-    return np.maximum(held - cut, floor)
+    rate = held - np.where(ok, idle / np.where(ok, time, 1.0), 0.0)
+    return np.maximum(rate, 0.0) if free_s is None else billed_floor(rate, held, time, free_s)
+
+
+def billed_floor(rate, held, time_mean_s, free_s):
+    """``rate`` ($/h over a run of ``time_mean_s``), at least ``held`` (every node) over the failure-free
+    run ``free_s``: :func:`billed_rate`'s floor of a mix."""
+    time = np.asarray(time_mean_s, float)
+    ok = np.isfinite(time) & (time > 0)
+    held = np.asarray(held, float)
+    return np.maximum(rate, np.where(ok, held * np.minimum(np.asarray(free_s, float) / np.where(ok, time, 1.0), 1.0),
+                                     held))
 
 
 def cluster_stop_s(rev, part_nodes, total_nodes, lost_outage=None, *, sync=True):

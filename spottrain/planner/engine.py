@@ -27,7 +27,7 @@ from spottrain.plan_file import Plan, PlanGroup, PlanPrediction, PlanWorkload
 from spottrain.planner import risk
 from spottrain.planner.candidates import Candidate, CandidateReport, build_candidates, memory_needed_gib
 from spottrain.planner.columns import (
-    REGROUP_S, Columns, Job, assess_cluster, billed_rate, build_columns, empty_s, fallback_rate, lost_shares,
+    REGROUP_S, Columns, Job, assess_cluster, billed_floor, billed_rate, build_columns, empty_s, fallback_rate, lost_shares,
     node_counts, on_demand_fallback, revocation_stall_s,
     throughput_curve, throughput_mix,
 )
@@ -98,8 +98,8 @@ def evaluate_picks(job: Job, cands: Sequence[Candidate], picks: Picks, limits: L
         fb = on_demand_fallback(a, **job.fallback_terms)
         od_rate = sum(n * cands[i].on_demand_price_usd_per_hour for i, n in picks)
         billed = fallback_rate(billed, od_rate, fb)
-        if free is not None:  # the floor again: on demand bills no less than spot
-            billed = np.maximum(billed, price * min(free / float(fb.time_mean_s[0]), 1.0))
+        if free is not None:  # the floor again, over the run with its fallback
+            billed = billed_floor(billed, price, fb.time_mean_s[0], free)
         a = replace(a, time_mean_s=fb.time_mean_s, time_q_s=fb.time_q_s, time_p95_s=fb.time_p95_s,
                     p_deadline=fb.p_deadline, revocations=fb.revocations)
         p_on_demand = float(fb.p_switch[0])
