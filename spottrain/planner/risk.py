@@ -685,7 +685,7 @@ def fallback(a: Assessment, *, deadline_s: float, confidence: float, switch_s, s
             tq[k], t95[k] = (np.where(t <= x[k], t, x[k] + start[k]) for t in spot_q)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         share = np.where(run_mean > 0, spot_run / np.where(run_mean > 0, run_mean, 1.0), 1.0)
-        revocations = np.where(use, a.revocations * np.where(use, share, 1.0), a.revocations)
+        revocations = np.where(use, a.revocations * share, a.revocations)
     p_spot = np.zeros(free.shape) if a.p_deadline is None else a.p_deadline
     return Fallback(
         time_mean_s=np.where(use, launch_s + time, a.time_mean_s),

@@ -32,9 +32,13 @@ def renewal_curve(model, duration_s: float, *, replacement_delay_s: float = 0.0,
     T = float(duration_s)
     dt = T / grid
     t = np.arange(grid + 1) * dt
-    F = np.asarray(model.cdf(np.maximum(t - replacement_delay_s, 0.0)), float)
-    F = np.where(t < replacement_delay_s, 0.0, F)
+    F = _delayed_cdf(model, t, replacement_delay_s)
     return t, _solve(F, F)
+
+
+def _delayed_cdf(model, t: np.ndarray, delay_s: float) -> np.ndarray:
+    """The CDF of a delay of ``delay_s`` then a life of ``model`` on the grid ``t``."""
+    return np.where(t < delay_s, 0.0, np.asarray(model.cdf(np.maximum(t - delay_s, 0.0)), float))
 
 
 def _solve(first: np.ndarray, law: np.ndarray) -> np.ndarray:
@@ -63,7 +67,7 @@ def revocation_curve(model, duration_s: float, delays: tuple[tuple[float, float]
     T = float(duration_s)
     dt = T / grid
     t = np.arange(grid + 1) * dt
-    G = sum(p * np.where(t < d, 0.0, np.asarray(model.cdf(np.maximum(t - d, 0.0)), float)) for p, d in delays)
+    G = sum(p * _delayed_cdf(model, t, d) for p, d in delays)
     return t, _solve(np.asarray(model.cdf(t), float), G)
 
 
