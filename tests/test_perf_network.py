@@ -212,7 +212,7 @@ def test_the_between_study_width_grows_with_the_steps_share_of_fixed_overhead():
     from spottrain.perf.throughput import _Query
 
     model = ThroughputModel(folds=0, correction="none").fit(load_shipped(("cmdare", "lambda", "pollux")))
-    assert model.spread_log_["study_over"] > model.spread_log_["study"]
+    assert model.spread_log_["study_over"] > model.spread_log_["study"] >= model.spread_log_["study_pooled"]
 
     def query(batch: int) -> _Query:
         m = load_shipped(("lambda",))[0]
@@ -229,7 +229,7 @@ def test_the_between_study_width_grows_with_the_steps_share_of_fixed_overhead():
     # The width comes from the share itself: no share, no overhead term.
     reasons = model._extrapolation(small)
     assert model._half_width(small, reasons, 1.0) > model._half_width(small, reasons, 0.0)
-    level = model.spread_log_["study"]
+    level = model.spread_log_["study_pooled"]  # a query off the pooled calibration (no study of its own)
     base = model.regime_log_["single"]
     expect = math.sqrt(base ** 2 + (1.645 * math.sqrt(sum(sd * sd for _n, sd in reasons) + level ** 2)) ** 2)
     assert model._half_width(small, reasons, 0.0) == pytest.approx(expect, rel=1e-9)
