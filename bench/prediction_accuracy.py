@@ -306,6 +306,33 @@ def own_cross_gpu_rows(rows) -> None:
                f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}; 'peak-FLOPS' column: the prior alone")
 
 
+def one_gpu_user_rows(rows) -> None:
+    """A user's rows of one GPU type as the ``predict --measurements`` table (on the prior fitted on the
+    other studies), scored on the same study's rows of every other GPU type; each GPU type of the study
+    in turn (3+ rows), pooled. What a user who measured one GPU learns of renting another: the same
+    framework and software, another machine. The 'peak-FLOPS' column is the same prior without the
+    user's rows."""
+    for name in ("CM-DARE", "Lambda"):
+        study = rows[name]
+        prior = fit([m for other, rs in rows.items() if other != name for m in rs])
+        pred, alone, ys, inside, widths, better = [], [], [], 0.0, [], 0
+        gpus = [g for g in sorted({gpu_of(m) for m in study}) if sum(gpu_of(m) == g for m in study) >= 3]
+        for g in gpus:
+            user = [m for m in study if gpu_of(m) == g]
+            test = [m for m in study if all(gr.gpu != g for gr in m.cluster.groups)]
+            model = ThroughputModel(prior=prior, folds=5 if len(user) >= 10 else 0).fit(user)  # as predict_cmd fits
+            p, cover, width = _interval_stats(model, test)
+            a, y = predict(prior, test), obs(test)
+            pred.extend(p); alone.extend(a); ys.extend(y); inside += cover * len(test); widths.append(width)
+            better += score(p, y) < score(a, y)
+        ys = np.array(ys)
+        report(f"{name}: other GPUs' rows from one GPU's rows (predict --measurements)", len(ys),
+               score(np.array(pred), ys), math.nan, score(np.array(alone), ys), "-",
+               f"~90 % interval covers {inside / len(ys):.1f} %, median width x{statistics.median(widths):.2f}; each of "
+               f"{len(gpus)} GPU types as the user's in turn, {better} of them better than the prior alone "
+               "('peak-FLOPS' column)")
+
+
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -376,6 +403,7 @@ def main() -> None:
     study_rows = cross_study_rows(args.refits)
     one_row_rows(study_rows)
     own_cross_gpu_rows(study_rows)
+    one_gpu_user_rows(study_rows)
     unseen_model_rows(study_rows)
     new_layer_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows
