@@ -176,6 +176,14 @@ def test_a_gpu_missing_from_your_rows_keeps_the_between_study_width():
     p_other = user.predict(others, warn=False)
     p_k80 = user.predict(k80_more, warn=False)
     assert all(any("not in your measurements" in n for n in p.notes) for p in p_other)
+    # Another machine of yours keeps the between-study floor of a user's table, not the pooled
+    # calibration's narrower one (the prior's regime widths hold no study of yours).
+    from spottrain.perf.throughput import POOLED_STUDY_LOG, STUDY_LOG, _Query
+
+    assert STUDY_LOG > POOLED_STUDY_LOG
+    level = dict(user._extrapolation(_Query.of(others[0])))
+    sd = next(v for k, v in level.items() if "not in your measurements" in k)
+    assert sd >= STUDY_LOG
     assert min(math.log(p.high / p.low) for p in p_other) > max(math.log(p.high / p.low) for p in p_k80)
     inside = np.mean([p.low <= m.throughput <= p.high for p, m in zip(p_other, others)])
     assert inside >= 0.8, inside
