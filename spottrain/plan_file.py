@@ -74,6 +74,13 @@ class PlanPrediction:
     """Probability that the deadline policy moves the run to on-demand nodes (None without a
     deadline or a spot node); the figures above count those runs."""
 
+    def figures(self) -> dict[str, Any]:
+        """The outcome's figures as a headline or a refinement record shows them: time and cost with their
+        p95, P(deadline), revocations and the share of runs moved to on-demand nodes."""
+        return {"duration_s": self.duration_s, "duration_p95_s": self.duration_p95_s, "cost_usd": self.cost_usd,
+                "cost_p95_usd": self.cost_p95_usd, "p_meet_deadline": self.p_meet_deadline,
+                "expected_revocations": self.expected_revocations, "p_on_demand": self.p_on_demand}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:

@@ -236,12 +236,6 @@ EXTRA_COST_SHARE = 0.05
 """... for at most this much more cost (same source of figures for both)."""
 
 
-def _figures(pred: Any) -> dict[str, Any]:
-    return {"duration_s": pred.duration_s, "duration_p95_s": pred.duration_p95_s, "cost_usd": pred.cost_usd,
-            "cost_p95_usd": pred.cost_p95_usd, "p_meet_deadline": pred.p_meet_deadline,
-            "expected_revocations": pred.expected_revocations, "p_on_demand": pred.p_on_demand}
-
-
 def headline(result: Any, refinement: Any = None) -> dict[str, Any]:
     """Every figure of the chosen plan's headline, from one computation each, labelled with its
     source: the analytical model's (always) and the simulation's (when the plan was refined), the
@@ -268,7 +262,7 @@ def headline(result: Any, refinement: Any = None) -> dict[str, Any]:
         analytical_plan = best
         out["source"] = "analytical model"
         out["simulated"] = None
-    out["analytical"] = _figures(analytical_plan.prediction)
+    out["analytical"] = analytical_plan.prediction.figures()
     out["evidence"] = plan_evidence(analytical_plan, job=job).to_dict()
     out["faster_alternative"] = _faster(result, refinement)
     return out

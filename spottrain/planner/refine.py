@@ -57,7 +57,7 @@ import numpy as np
 
 from spottrain.errors import InputError
 from spottrain.perf.throughput import explain_bottleneck
-from spottrain.plan_file import Plan, PlanPrediction
+from spottrain.plan_file import Plan
 from spottrain.planner.api import PlanResult, plan
 from spottrain.planner.engine import Context, market_mask, to_plan
 from spottrain.planner.pareto import homogeneous_front
@@ -681,7 +681,7 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
     record = {
         "runs": runs, "seed": seed, "candidates": len(figures), "availability": best.availability,
         "excluded": list(excluded), "seconds": round(seconds, 3), "notes": list(notes),
-        "analytical": {"label": p.label, **_pred_dict(p.prediction)},
+        "analytical": {"label": p.label, **p.prediction.figures()},
         "finished_rate": best.finished_rate,
         "planner_choice": analytical.label,
         "runs_per_candidate": {f.label: f.runs for f in figures},
@@ -701,11 +701,6 @@ def _with_simulated(best: CandidateFigures, figures: list[CandidateFigures], *, 
     explanation = (p.explanation + " " if p.explanation else "") + text
     return dataclasses.replace(p, prediction=pred, explanation=explanation,
                                extra={**p.extra, "refined": record})
-
-
-def _pred_dict(pred: PlanPrediction) -> dict[str, Any]:
-    return {"duration_s": pred.duration_s, "duration_p95_s": pred.duration_p95_s, "cost_usd": pred.cost_usd,
-            "cost_p95_usd": pred.cost_p95_usd, "p_meet_deadline": pred.p_meet_deadline, "p_on_demand": pred.p_on_demand}
 
 
 def plan_refined(workload: Any, *, runs: int = 100, seed: int = 0, traces: Sequence[str] | None = None,
