@@ -657,3 +657,29 @@ def test_a_model_saved_before_the_two_node_rate_loads_and_predicts_as_it_did(few
             as_before.predict([row], warn=False)[0].throughput, rel=1e-12)
         with pytest.raises(InputError, match="refit"):
             ThroughputModel.from_dict({**state, "globals": state["globals"][:-3]})
+
+
+def test_a_larger_ring_gets_the_width_its_size_class_measured():
+    """Rows across nodes get a width per ring size where the fit holds 10+ rows of that size: in
+    Pollux's rows the pace of 9-16 nodes varies more from run to run than that of 3-4 nodes, so a
+    16-node query's interval is wider than a 4-node one's, and a size the fit never saw falls back
+    to the width of every row across nodes."""
+    from spottrain.perf.throughput import _Query, _width_keys
+
+    model = ThroughputModel(folds=0, correction="none").fit(load_shipped(("pollux",)))
+    widths = model.regime_log_
+    assert widths["inter:9-"] > widths["inter:3-"]
+    base = load_shipped(("pollux",))[0]
+
+    def half(nodes: int) -> float:
+        m = dataclasses.replace(base, cluster=base.cluster.parse(f"{nodes}xg4dn.12xlarge"))
+        (p,) = model.predict([m], warn=False)
+        return math.log(p.high / p.throughput)
+
+    assert half(16) > half(4)
+    q = _Query.of(dataclasses.replace(base, cluster=base.cluster.parse("16xg4dn.12xlarge")))
+    assert _width_keys(q)[0] == "inter:9-" and model._half_width(q, [], 0.0) >= widths["inter:9-"]
+    # a fit with no ring of 9+ nodes has no such class: those queries take the regime's width
+    small = ThroughputModel(folds=0, correction="none").fit(
+        [m for m in load_shipped(("pollux",)) if m.cluster.nodes <= 4])
+    assert "inter:9-" not in small.regime_log_ and small._half_width(q, [], 0.0) >= small.regime_log_["inter"]

@@ -144,15 +144,41 @@ def _path(q: "_Query", gpu: str) -> str:
     return "tf32" if device(gpu).tf32_tflops else "fp32"
 
 
+RING_SIZES = ((2, 2), (3, 4), (5, 8), (9, 1 << 30))
+"""Node counts whose all-reduce rows get a width of their own (where a fit holds 10+ rows of them):
+the larger the ring, the more its pace varies from run to run (Pollux's rows fitted in sample, 90th
+percentile of |log residual|: 0.18 at 2 nodes, 0.13 at 3-4, 0.18 at 5-8, 0.25 at 9-16)."""
+
+
+def _ring_size(q: "_Query") -> str | None:
+    """The :data:`RING_SIZES` class of an all-reduce across nodes (``"inter:9-"``...), else ``None``."""
+    if _regime(q) != "inter":
+        return None
+    lo = next(lo for lo, hi in RING_SIZES if lo <= q.cluster.nodes <= hi)
+    return f"inter:{lo}-"
+
+
+def _width_keys(q: "_Query") -> list[str]:
+    """The width keys of ``q``, most specific first: its ring-size class (across nodes), its regime."""
+    size = _ring_size(q)
+    return [size, _regime(q)] if size else [_regime(q)]
+
+
 def _regime_widths(queries: list, log_residuals, *, scale: float, floor: float) -> dict[str, float]:
-    """90th percentile of |log residual| per regime (with 10+ rows; else of all rows), x scale + floor."""
+    """90th percentile of |log residual| per regime (with 10+ rows; else of all rows), x scale + floor;
+    and per ring-size class of the rows across nodes that hold 10+ rows (:data:`RING_SIZES`)."""
     res = np.abs(np.asarray(log_residuals, float))
     regimes = np.array([_regime(q) for q in queries])
+    sizes = np.array([_ring_size(q) or "" for q in queries])
     every = float(np.quantile(res, 0.9)) if res.size else 0.0
     out = {}
     for r in ("single", "intra", "inter", "ps"):
         sel = res[regimes == r]
         out[r] = (float(np.quantile(sel, 0.9)) if sel.size >= 10 else every) * scale + floor
+    for lo, _hi in RING_SIZES:
+        sel = res[sizes == f"inter:{lo}-"]
+        if sel.size >= 10:
+            out[f"inter:{lo}-"] = float(np.quantile(sel, 0.9)) * scale + floor
     return out
 
 
@@ -688,10 +714,12 @@ class ThroughputModel:
         all-reduce across nodes) keeps at least the prior's width there: its own residuals are those
         of other regimes. Pollux's multi-node rows predicted from each model's one-node rows: covered
         83 % with the rows' own width, 92 % with this floor (bench/prediction_accuracy.py)."""
-        counts = Counter(_regime(q) for q in queries)
+        counts = Counter(k for q in queries for k in _width_keys(q))
         p = self.prior
         self.regime_log_ = {k: max(v, p.regime_log_.get(k, 0.0)) if counts[k] < 10 else v
                             for k, v in self.regime_log_.items()}
+        # A ring size the rows hold too few of keeps the prior's width for it.
+        self.regime_log_.update({k: v for k, v in p.regime_log_.items() if k not in self.regime_log_})
 
     def _gpu_effect(self, name: str, precision: str) -> float:
         """The fitted speed effect of GPU ``name`` on ``precision``'s path; for a GPU the fit never saw,
@@ -867,7 +895,8 @@ class ThroughputModel:
 
         ``over_share``: the share of the step that scales with the per-step overhead, which another
         study's framework and host set (the fitted studies' overheads differ by ~1.5x at one sd)."""
-        base = self.regime_log_.get(_regime(q), self.interval_log_) if hasattr(self, "regime_log_") else self.interval_log_
+        widths = getattr(self, "regime_log_", {})
+        base = next((widths[k] for k in _width_keys(q) if k in widths), self.interval_log_)
         if not (self.own_gpus_ or self.own_models_):
             # Calibrated on published studies, not on the user's cluster: every query is another
             # study's, and studies disagree by more than their own residuals (leave one study out).
