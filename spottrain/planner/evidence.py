@@ -196,7 +196,8 @@ def _p_deadline(plan: Any, laws: list[Law | None], *, job: Any = None) -> float 
                        p.throughput_high, ckpt, deadline_s=plan.deadline_s, confidence=plan.confidence,
                        work_log_sd=work_sd, lost=lost, sync=plan.sync != "async")
     if revs:  # the deadline policy's fallback to the same nodes on demand, as the planner counts it
-        a = on_demand_fallback(a, deadline_s=plan.deadline_s, confidence=plan.confidence, checkpoint_s=ckpt)
+        a = on_demand_fallback(a, deadline_s=plan.deadline_s, confidence=plan.confidence, checkpoint_s=ckpt,
+                               quantiles=False)  # only its P(deadline) is read
     return float(a.p_deadline[0])
 
 
