@@ -150,26 +150,23 @@ the larger the ring, the more its pace varies from run to run (Pollux's rows fit
 percentile of |log residual|: 0.18 at 2 nodes, 0.13 at 3-4, 0.18 at 5-8, 0.25 at 9-16)."""
 
 
-def _ring_size(q: "_Query") -> str | None:
-    """The :data:`RING_SIZES` class of an all-reduce across nodes (``"inter:9-"``...), else ``None``."""
-    if _regime(q) != "inter":
-        return None
-    lo = next(lo for lo, hi in RING_SIZES if lo <= q.cluster.nodes <= hi)
-    return f"inter:{lo}-"
-
-
 def _width_keys(q: "_Query") -> list[str]:
-    """The width keys of ``q``, most specific first: its ring-size class (across nodes), its regime."""
-    size = _ring_size(q)
-    return [size, _regime(q)] if size else [_regime(q)]
+    """The width keys of ``q``, most specific first: across nodes its :data:`RING_SIZES` class
+    (``"inter:9-"``...), then its regime."""
+    regime = _regime(q)
+    if regime != "inter":
+        return [regime]
+    lo = next(lo for lo, hi in RING_SIZES if lo <= q.cluster.nodes <= hi)
+    return [f"inter:{lo}-", regime]
 
 
 def _regime_widths(queries: list, log_residuals, *, scale: float, floor: float) -> dict[str, float]:
     """90th percentile of |log residual| per regime (with 10+ rows; else of all rows), x scale + floor;
     and per ring-size class of the rows across nodes that hold 10+ rows (:data:`RING_SIZES`)."""
     res = np.abs(np.asarray(log_residuals, float))
-    regimes = np.array([_regime(q) for q in queries])
-    sizes = np.array([_ring_size(q) or "" for q in queries])
+    keys = [_width_keys(q) for q in queries]
+    regimes = np.array([k[-1] for k in keys])
+    sizes = np.array([k[0] if len(k) > 1 else "" for k in keys])
     every = float(np.quantile(res, 0.9)) if res.size else 0.0
     out = {}
     for r in ("single", "intra", "inter", "ps"):
