@@ -175,6 +175,7 @@ is the scalar fast path the planner calls.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -303,9 +304,17 @@ RDMA_LAT_S = 2e-5
 def slowest_link(n):
     """E[max of n standard normals] (Blom's approximation, within 0.03 of the exact value): how many
     standard deviations below the typical link the slowest of a ring's n links runs; 0 for one node."""
+    if np.ndim(n) == 0:
+        return _slowest_link_one(max(float(n), 1.0))
     u, inv = np.unique(np.maximum(np.asarray(n, float), 1.0), return_inverse=True)
-    z = np.array([_NORMAL.inv_cdf((k - 0.375) / (k + 0.25)) if k > 1.0 else 0.0 for k in u])
+    z = np.array([_slowest_link_one(k) for k in u])
     return z[inv].reshape(np.shape(n))
+
+
+@functools.lru_cache(maxsize=1024)
+def _slowest_link_one(k: float) -> float:
+    """:func:`slowest_link` of one ring size (the planner asks for the same few sizes thousands of times)."""
+    return _NORMAL.inv_cdf((k - 0.375) / (k + 0.25)) if k > 1.0 else 0.0
 
 
 def _exposed_slope(unhidden, t_ar, t_comp, n_b, phi):
@@ -510,6 +519,8 @@ GPU's step)."""
 
 def gpu_limit(t_gpu, t_host, t_fixed, c_flop, m_flop):
     """Index into :data:`GPU_LIMITS` (floats or arrays); ``t_fixed``: :func:`fixed_part` of ``t_gpu``."""
+    if isinstance(t_gpu, float):  # the planner's scalar path: no array round trip
+        return 3 if t_host > t_gpu else 2 if t_fixed > 0.5 * t_gpu else 1 if m_flop > c_flop else 0
     return np.where(t_host > t_gpu, 3, np.where(t_fixed > 0.5 * t_gpu, 2, np.where(m_flop > c_flop, 1, 0)))
 
 
@@ -699,7 +710,7 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
     Same formulas as :func:`evaluate` (tests check they agree), in plain Python for speed.
     ``ps_share``: the largest (bytes, tensors) shares on one server when the variable layout is known.
     """
-    g = dict(zip(GLOBALS, (float(v) for v in theta)))
+    g = dict(zip(GLOBALS, np.asarray(theta, float).tolist()))
     work = b * flops
     x = min(max(g["c0"] + g["w_size"] * (math.log(work) - SIZE_REF), -30.0), 30.0)
     eff = 1.0 / (1.0 + math.exp(-x))

@@ -46,13 +46,17 @@ def _solve(first: np.ndarray, law: np.ndarray) -> np.ndarray:
     grid): the expected count by each grid point of a renewal process whose first event follows
     ``first`` and each later gap ``law``."""
     f = np.diff(law)  # f[j-1] = P(X in ((j-1) dt, j dt])
-    R = np.zeros(len(first))
+    n = len(first)
+    R = np.zeros(n)
     # Trapezoid rule on the convolution: R_k = first_k + sum_j f_j (R_{k-j} + R_{k-j+1}) / 2,
-    # solved for R_k (it appears on both sides through j = 1); error O(dt^2).
-    for k in range(1, len(first)):
-        back = R[k - 1::-1][:k]  # R_{k-1}, ..., R_0
-        s = 0.5 * np.dot(f[:k], back) + 0.5 * np.dot(f[1:k], back[:k - 1])
-        R[k] = (first[k] + s) / (1.0 - 0.5 * f[0])
+    # solved for R_k (it appears on both sides through j = 1); error O(dt^2). Gathered by lag
+    # d = k - i, R_i carries (f_{d-1} + f_d) / 2 (R_0 = 0 carries nothing): one dot product a step.
+    lag = np.zeros(n)
+    lag[1:n - 1] = 0.5 * (f[:n - 2] + f[1:n - 1])
+    head = 1.0 - 0.5 * f[0]
+    first = np.asarray(first, float).tolist()
+    for k in range(1, n):
+        R[k] = (first[k] + lag[1:k] @ R[k - 1:0:-1]) / head
     return R
 
 
