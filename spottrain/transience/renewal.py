@@ -54,9 +54,9 @@ def _solve(first: np.ndarray, law: np.ndarray) -> np.ndarray:
     lag = np.zeros(n)
     lag[1:n - 1] = 0.5 * (f[:n - 2] + f[1:n - 1])
     head = 1.0 - 0.5 * f[0]
-    first = np.asarray(first, float).tolist()
+    start = np.asarray(first, float).tolist()
     for k in range(1, n):
-        R[k] = (first[k] + lag[1:k] @ R[k - 1:0:-1]) / head
+        R[k] = (start[k] + lag[1:k] @ R[k - 1:0:-1]) / head
     return R
 
 
