@@ -23,6 +23,8 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from spottrain.clouds import GCP_PREEMPTIBLE_CAP_S
 from spottrain.errors import UnknownNameError
 from spottrain.transience.events import Trace, TraceEvent, check_sorted, load_user_trace
@@ -60,11 +62,11 @@ def _load_skypilot(path: Path, name: str) -> Trace:
     zone, _, itype_key = path.stem.partition("_")
     gpu, itype, _ = _SKY_INSTANCE[itype_key]
     cloud = date.split("-")[0]
-    events, prev = [], None
-    for i, v in enumerate(data):
-        if v != prev:
-            events.append(TraceEvent(time_s=i * gap, source=zone, event="available", value=float(v)))
-            prev = v
+    # one event where the count changes (and at the start): a day of minutes holds a few dozen
+    counts = np.asarray(data, float)
+    steps = np.flatnonzero(np.r_[True, counts[1:] != counts[:-1]]) if counts.size else np.zeros(0, int)
+    events = [TraceEvent(time_s=i * gap, source=zone, event="available", value=v)
+              for i, v in zip(steps.tolist(), counts[steps].tolist())]
     start = dt.datetime.strptime(date.split("-", 1)[1], "%m-%d-%Y").replace(tzinfo=dt.timezone.utc)
     return Trace(
         name=name, cloud=cloud, gpu=gpu, instance_type=itype, zone=zone,
