@@ -189,6 +189,37 @@ def test_a_gpu_missing_from_your_rows_keeps_the_between_study_width():
     assert inside >= 0.8, inside
 
 
+def test_another_gpu_of_yours_takes_half_of_what_your_rows_change(monkeypatch):
+    """K80 rows of your own -> V100 and P100 (another machine): the prediction sits halfway, in log,
+    between the calibration's and what a fit that transferred all of the K80 rows' change would say;
+    the K80 configurations you did not measure keep all of it. The scalar path agrees."""
+    from spottrain.perf import throughput as tp
+
+    prior = ThroughputModel(folds=0, correction="none").fit(load_shipped(("lambda",)))
+    cmdare = load_shipped(("cmdare",))
+    k80 = [m for m in cmdare if m.cluster.groups[0].gpu == "K80" and m.cluster.nodes == 1]
+    user = ThroughputModel(prior=prior, folds=0, correction="none").fit(k80)
+    others = [m for m in cmdare if m.cluster.groups[0].gpu in ("V100", "P100") and m.cluster.nodes == 1][:6]
+    k80_more = [m for m in cmdare if m.cluster.groups[0].gpu == "K80" and m.cluster.nodes > 1][:4]
+    half = user.predict(others + k80_more, warn=False)
+    monkeypatch.setattr(tp, "OTHER_MACHINE_SHARE", 1.0)
+    whole = user.predict(others + k80_more, warn=False)
+    calibrated = prior.predict(others, warn=False)
+    for h, w, c in zip(half, whole, calibrated):
+        assert math.log(h.throughput) == pytest.approx((math.log(w.throughput) + math.log(c.throughput)) / 2, abs=1e-9)
+        assert math.log(h.high / h.low) == pytest.approx(math.log(w.high / w.low), abs=1e-9)
+    # The rows changed these predictions (else there is nothing to halve) ...
+    assert max(abs(math.log(w.throughput / c.throughput)) for w, c in zip(whole, calibrated)) > 0.02
+    # ... and the K80 queries, on the machine the rows were measured on, keep the whole change.
+    for h, w in zip(half[len(others):], whole[len(others):]):
+        assert h.throughput == pytest.approx(w.throughput, rel=1e-12)
+    monkeypatch.setattr(tp, "OTHER_MACHINE_SHARE", 0.5)
+    for m, h in zip(others, half):
+        one = user.predict_one(tp._Query.of(m))
+        assert one.throughput == pytest.approx(h.throughput, rel=1e-6)
+        assert one.low == pytest.approx(h.low, rel=1e-6)
+
+
 def test_network_latency_is_paid_per_node_not_per_gpu():
     """A ring's steps between GPUs of one node cost microseconds; only the 2 (N-1) steps that cross
     the network pay its latency. NCF's one 6 MB bucket syncs as fast over 8 nodes of 4 GPUs as over

@@ -24,7 +24,7 @@ import math
 import threading
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import numpy as np
@@ -59,6 +59,13 @@ differ that their fitted levels do not (a GPU or a model faster in one study tha
 the level adds less there: leave one study out, 0.1 covered 94.9 / 100 / 97.6 / 94.7 / 93.9 % of
 CM-DARE / transient-dl / Lambda / Pollux / ours, 0.05 covers 94.9 / 91.2 / 97.1 / 92.3 / 91.8 %
 (the fitted levels' root mean square is 0.01-0.05, below either floor)."""
+OTHER_MACHINE_SHARE = 0.5
+"""Of what a user's own rows change in the prediction of a GPU type they do not hold (another machine
+of theirs), the share kept; the rest is the calibration's. The rows tell of their software, which the
+other machine shares, and of their host, which it does not, and nothing tells the two apart: the
+middle of the two. Other GPU types' rows predicted from one type's rows, the calibration alone / half /
+all of the change (bench/prediction_accuracy.py): ours 20.6 / 19.4 / 22.1 %, CM-DARE 11.0 / 9.7 / 9.7 %,
+Lambda 14.2 / 13.8 / 15.7 %; a quarter and three quarters were within 1.0 of the half on each."""
 PATH_LOG = 0.15
 """Log sd added when a query runs on a precision path (FP16 / TF32 tensor cores, plain FP32) that no
 fitted row used: the fraction of FLOPs on the fast path is then only its prior."""
@@ -448,6 +455,15 @@ def _fit_network(resid, z: np.ndarray, n_data: int, mean: np.ndarray, sd: np.nda
     out = z.copy()
     out[ks] = minimize(cost, start, method="L-BFGS-B", bounds=bounds, options={"ftol": 1e-10}).x
     return out
+
+
+def _toward(p: ThroughputPrediction, calibrated: float) -> ThroughputPrediction:
+    """``p`` moved toward the calibration's ``calibrated`` samples/s, keeping :data:`OTHER_MACHINE_SHARE`
+    of the way from it in log (the interval and the step time scaled alike)."""
+    f = math.exp((1.0 - OTHER_MACHINE_SHARE) * (math.log(calibrated) - math.log(p.throughput)))
+    return replace(p, throughput=p.throughput * f, low=p.low * f, high=p.high * f, iteration_time_s=p.iteration_time_s / f,
+                   per_group=tuple({**g, "samples_per_s": g["samples_per_s"] * f} if "samples_per_s" in g else g
+                                   for g in p.per_group))
 
 
 class ThroughputModel:
@@ -958,7 +974,18 @@ class ThroughputModel:
         if far and warn:
             more = f" (and {len(far) - 1} more queries outside the fitted data)" if len(far) > 1 else ""
             warnings.warn(far[0] + more + "; intervals widened", ExtrapolationWarning, stacklevel=2)
+        other = [i for i, q in enumerate(qs) if self._other_machine(q)]
+        if other:
+            calibrated = self.prior.predict([qs[i] for i in other], warn=False)
+            for i, c in zip(other, calibrated):
+                out[i] = _toward(out[i], c.throughput)
         return out
+
+    def _other_machine(self, q: "_Query") -> bool:
+        """Whether ``q`` runs on a GPU type this user fit's own rows do not hold: another of the user's
+        machines, which its prediction takes only :data:`OTHER_MACHINE_SHARE` of the rows' change for."""
+        return (isinstance(self.prior, ThroughputModel) and bool(self.own_gpus_)
+                and any(name not in self.own_gpus_ for _g, name, _n in _resolve_groups(q.cluster)))
 
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
@@ -1023,12 +1050,13 @@ class ThroughputModel:
                      max(math.log(thr / self._scalar(q, self._net_theta(-Z90), resolved)[0]), 0.0))
         below, above = self._half_widths(q, reasons, parts["over_share"], net_note, sides)
         notes = [n for n, _sd in reasons]
-        return ThroughputPrediction(
+        out = ThroughputPrediction(
             throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=parts["t_w"],
             bottleneck=an.bottleneck_of(q.ps, parts), extrapolated=bool(notes), notes=tuple(notes),
             sync_time_s=parts["t_sync"] if q.ps == 0 else None,
             per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
                             for (g, name, gpn), x in zip(resolved, per)))
+        return _toward(out, self.prior.predict_one(q).throughput) if self._other_machine(q) else out
 
     def _scalar(self, q: "_Query", theta: np.ndarray, resolved=None) -> tuple[float, dict, list[float]]:
         """(throughput, parts, per-group throughput) of ``q`` under the global parameters ``theta``
