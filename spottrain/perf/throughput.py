@@ -859,8 +859,9 @@ class ThroughputModel:
                 # Another GPU type is another machine: its host sets the per-step overhead as
                 # another study's would.
                 over = self.spread_log_.get("study_over", 0.0) * over_share if missing else 0.0
-                notes.append((f"{what} not in your measurements (calibrated on another study's)",
-                              math.hypot(level, over)))
+                why = ("another machine: half of what your rows change, the rest the calibration's"
+                       if missing and isinstance(self.prior, ThroughputModel) else "calibrated on another study's")
+                notes.append((f"{what} not in your measurements ({why})", math.hypot(level, over)))
         return notes
 
     def _network_note(self, q: _Query, cap_share: float) -> str | None:
