@@ -51,7 +51,8 @@ STUDY_LOG = 0.1
 """Log standard deviation between studies (frameworks, hosts, software eras) of one configuration,
 beyond each study's own residuals: the floor of the level a query off a user's own rows adds (another
 GPU of their table is another machine). A user's H100 machine's rows predicting their H200 machine's
-cover 85.7 % of them with it, 83.7 % at 0.05 (bench/prediction_accuracy.py)."""
+cover 85.7 % of them with it, 83.7 % at 0.05 (bench/prediction_accuracy.py); 89.8 % with it since they take half
+of what the H100 rows change (OTHER_MACHINE_SHARE)."""
 POOLED_STUDY_LOG = 0.05
 """The same floor for a prediction off the shipped calibration, several studies pooled. Its regime
 widths are the 90th percentile of the pooled rows' residuals, which hold the part of how studies
