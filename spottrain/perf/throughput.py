@@ -674,7 +674,9 @@ class ThroughputModel:
         # Robust spread (1.4826 x median |effect|): one outlying model (NCF's per-step overheads) must not
         # widen every unseen model's interval.
         rms = lambda v: float(1.4826 * np.median(np.abs(v))) if len(v) else 0.0  # noqa: E731
-        level_rms = float(np.sqrt(np.mean([v[0] ** 2 for v in self.study_effects_.values()]))) if self.study_effects_ else 0.0
+        # Root mean square of the fitted study effects: (speed level, per-step overhead).
+        level_rms, over_rms = ((float(x) for x in np.sqrt(np.mean(np.square(list(self.study_effects_.values())), axis=0)))
+                               if self.study_effects_ else (0.0, 0.0))
         self.spread_log_ = {
             "gpu": max(rms([v for v in self.gpu_effects_.values()]), SPREAD_FLOOR["gpu"]),
             "model": min(max(rms([v for k, v in self.model_effects_.items() if not _is_prec_key(k)]),
@@ -687,8 +689,7 @@ class ThroughputModel:
             # query off the pooled calibration: see there).
             "study": max(level_rms, STUDY_LOG),
             "study_pooled": max(level_rms, POOLED_STUDY_LOG),
-            "study_over": float(np.sqrt(np.mean([v[1] ** 2 for v in self.study_effects_.values()])))
-            if self.study_effects_ else 0.0,
+            "study_over": over_rms,
         }
         # Rows of one study (a user's own table, one shipped table) are the setup the queries come
         # from: their GPUs and models need no between-study term; anything else is another study's.
