@@ -24,7 +24,12 @@ Assumptions (also written in spottrain/data/measurements/SOURCE.md):
   machine's global batch: they double from 1 to 2 GPUs); FLOPs per sample are
   published estimates (ResNet-50 at 224x224: 4.1 GMAC forward; BERT on SQuAD at sequence
   length 384, FLOPs = 2 x non-embedding parameters per token plus attention), times 3 for
-  forward + backward. Only models whose unit is samples (images or sequences) per second are kept.
+  forward + backward. SSD300 (ResNet-50 backbone, Lambda's ``ssd``): its layers rebuilt and its
+  FLOPs counted by ``tools/count_ssd300_flops.py``. Only models whose unit is samples (images or
+  sequences) per second are kept: GNMT and Transformer-XL count tokens, Tacotron2 and WaveGlow
+  audio frames and samples, whose FLOPs per unit depend on sequence lengths the tables do not give;
+  NCF's cells (millions of samples a step; 2-8 GPU H100 cells at up to 340x the 1-GPU rate) are left
+  out whole.
 * Pollux (petuum/adaptdl ``simulator/traces``): step and sync (all-reduce) times of every
   placement of 1-64 T4 GPUs on g4dn.12xlarge nodes (50 Gbit/s); throughput = GPUs x local batch /
   step time; node order does not matter, repeats are reduced to medians; three per-GPU batch sizes
@@ -193,7 +198,12 @@ LAMBDA_MODELS = {
     "resnet50": (3 * 2 * 4.1e9, 25_557_032, 161),
     "bert_base_squad": (3 * 384 * (2 * 85.0e6 + 4 * 12 * 384 * 768), 110_000_000, 5 + 16 * 12 + 4),
     "bert_large_squad": (3 * 384 * (2 * 302.0e6 + 4 * 24 * 384 * 1024), 340_000_000, 5 + 16 * 24 + 4),
+    # SSD300 with a ResNet-50 backbone (NVIDIA DeepLearningExamples' detector, Lambda's column
+    # ``ssd``), counted by tools/count_ssd300_flops.py (a test checks that these figures are its).
+    "ssd300_resnet50": (120_905_436_672, 22_894_902, 183),
 }
+# Lambda's column of a model where its name is not the model's.
+LAMBDA_COLUMNS = {"ssd300_resnet50": "ssd"}
 
 
 # Largest believable speed-up over n x the 1-GPU rate (run-to-run spread of repeated Lambda cells is
@@ -224,7 +234,8 @@ def lambda_rows(data: str) -> list[dict]:
                     continue
                 n = int(float(r["num_gpu"]))
                 for model in LAMBDA_MODELS:
-                    v, b = r.get(model), bs[r["name_gpu"]].get(model)
+                    column = LAMBDA_COLUMNS.get(model, model)
+                    v, b = r.get(column), bs[r["name_gpu"]].get(column)
                     if v and b and float(v) > 0 and float(b) > 0:
                         # The -bs- tables give the global batch of the machine (it scales with num_gpu).
                         cells[(model, max(1, round(float(b) / n)), gpu, n, prec)].append(float(v))
