@@ -225,3 +225,17 @@ def test_the_exact_evaluation_holds_a_quota_over_every_market_of_its_type():
     assert evaluate_picks(ctx.job, ctx.cands, ((spot, 1),), ctx.limits).feasible
     both = evaluate_picks(ctx.job, ctx.cands, ((spot, 1), (od, 1)), ctx.limits)
     assert not both.feasible and "2 nodes of syn.v100a > quota 1" in both.why_not
+
+
+def test_hard_cap_checks_a_column_over_it_by_its_upper_side_p95_exactly():
+    # A spot column's p95 time under the deadline policy's fallback is an upper side of the exact one;
+    # a cap between the two must keep the plan whose exact p95 cost meets it.
+    kw = dict(samples=10e6, deadline_s=4 * 3600.0, offers=SYNTHETIC, max_kinds=1)
+    free_ctx = prepare(WORKLOAD, **kw)
+    free = solve(free_ctx, mask=market_mask(free_ctx, on_demand=False))
+    (i, n), = free.picks
+    col = next(j for j in range(free_ctx.cols.size) if (free_ctx.cols.cand[j], free_ctx.cols.n[j]) == (i, n))
+    assert free_ctx.cols.cost_p95_usd[col] > free.cost_p95_usd * 1.01  # the column's side is above the exact
+    ctx = prepare(WORKLOAD, **kw, hard_cap_usd=free.cost_p95_usd * 1.001)
+    capped = solve(ctx, mask=market_mask(ctx, on_demand=False))
+    assert capped is not None and capped.picks == free.picks and capped.cost_p95_usd <= free.cost_p95_usd * 1.001
