@@ -38,3 +38,15 @@ def test_converter_figures_are_the_tools_and_the_shipped_rows_carry_them():
     assert len(rows) > 50
     assert {(int(r["flops_per_sample"]), int(r["param_count"]), int(r["tensor_count"])) for r in rows} == {
         (flops, params, tensors)}
+
+
+def test_ssd300_is_known_by_name_with_the_counted_figures_and_its_images():
+    from spottrain.perf.workload import Workload, input_pixels
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from convert_measurements import LAMBDA_MODELS
+
+    w = Workload.from_zoo("SSD300-ResNet50", batch_size=32)
+    assert (round(w.flops_per_sample), w.param_count, w.tensor_count) == LAMBDA_MODELS["ssd300_resnet50"]
+    # a 300x300 RGB image decoded and augmented on the host per sample, like the classifiers' 224x224
+    assert input_pixels("ssd300_resnet50") == 3 * 300 * 300

@@ -22,11 +22,13 @@ _PUBLISHED_FLOPS = {
 
 @dataclass(frozen=True)
 class PublishedArchitecture:
-    """An ImageNet classifier of torchvision that the zoo does not build: its published size."""
+    """An image network the zoo does not build (torchvision's ImageNet classifiers, NVIDIA's SSD300
+    detector): its published size."""
 
     name: str
     gmacs: float
-    """Forward multiply-adds per image (G), torchvision's "GFLOPS" column, at ``side`` x ``side``."""
+    """Forward multiply-adds per image (G) at ``side`` x ``side``: torchvision's "GFLOPS" column, or
+    counted on the rebuilt layers (SSD300)."""
     param_count: int
     tensor_count: int | None
     """Parameter tensors, counted from the architecture (weights and biases of each layer, the two
@@ -75,16 +77,25 @@ _TORCHVISION = (
 )
 
 
+# NVIDIA DeepLearningExamples' SSD300 (ResNet-50 backbone, 300x300 images, 81 COCO classes), which
+# Lambda's benchmark trains as ``ssd``: multiply-adds, parameters and tensors counted on its layers
+# rebuilt by tools/count_ssd300_flops.py (a test checks the two agree).
+_DETECTORS = (
+    PublishedArchitecture(name="ssd300_resnet50", gmacs=20.150906112, param_count=22_894_902, tensor_count=183,
+                          side=300),
+)
+
+
 def _key(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
-_BY_KEY = {_key(a.name): a for a in _TORCHVISION}
+_BY_KEY = {_key(a.name): a for a in (*_TORCHVISION, *_DETECTORS)}
 
 
 def published_names() -> list[str]:
-    """The names of :func:`published_architecture`'s classifiers."""
-    return [a.name for a in _TORCHVISION]
+    """The names of :func:`published_architecture`'s networks."""
+    return [a.name for a in (*_TORCHVISION, *_DETECTORS)]
 
 
 def published_architecture(name: str) -> PublishedArchitecture | None:
@@ -198,7 +209,7 @@ class Workload:
     @classmethod
     def from_zoo(cls, name: str, batch_size: int | None = None, *, precision: str = "fp32") -> "Workload":
         """A zoo model (``resnet50``) with FLOPs and parameters from the zoo table, or a published
-        torchvision classifier (:func:`published_architecture`) with its published figures."""
+        image network of :func:`published_architecture` with its published figures."""
         arch = published_architecture(name)
         if arch is not None and not is_zoo_model(name):
             return cls(model=arch.name, batch_size=int(batch_size or 32), flops_per_sample=arch.flops_per_sample,
