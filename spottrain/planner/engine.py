@@ -161,30 +161,6 @@ def _violations(o: Outcome, cands: Sequence[Candidate], limits: Limits, job: Job
 # --------------------------------------------------------------------------- set-up
 
 
-CAP_CHECKS = 200
-"""Most columns :func:`_capped_columns` evaluates exactly in one request."""
-
-
-def _capped_columns(ctx: Context, sub: Columns, limits: Limits, traffic: np.ndarray | None, score: np.ndarray,
-                    stats: SolveStats | None) -> Outcome | None:
-    """The best homogeneous plan under ``--hard-cap``, its p95 cost checked exactly.
-
-    The columns' p95 time under the deadline policy's fallback is not the exact one (the spot run's
-    lognormal cut at the switch, :func:`risk.on_demand_fallback` with ``quantiles`` False): 2
-    p5en.48xlarge spot nodes for ResNet-50 over 8 h read $62 at the 95th percentile as a column and
-    $35 exactly, so a column the cap drops may meet it, and one it keeps may not. Every column that
-    meets the other constraints is evaluated exactly in order of score (at most :data:`CAP_CHECKS`)
-    until one meets the cap."""
-    maybe = homogeneous_feasible(sub, ctx.cands, replace(limits, hard_cap_usd=None), ONE_JOB, traffic)
-    for j in np.flatnonzero(maybe)[np.argsort(score[maybe], kind="stable")][:CAP_CHECKS]:
-        out = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
-        if stats is not None:
-            stats.exact_evaluations += 1
-        if out.feasible:
-            return out
-    return None
-
-
 def prepare(
     workload: Any,
     *,
@@ -310,6 +286,30 @@ def objective_of(ctx: Context) -> str:
     return "min-cost" if ctx.limits.deadline_s is not None else "max-throughput"
 
 
+CAP_CHECKS = 200
+"""Most columns :func:`_capped_columns` evaluates exactly in one request."""
+
+
+def _capped_columns(ctx: Context, sub: Columns, limits: Limits, traffic: np.ndarray | None, score: np.ndarray,
+                    stats: SolveStats | None) -> Outcome | None:
+    """The best homogeneous plan under ``--hard-cap``, its p95 cost checked exactly.
+
+    The columns' p95 time under the deadline policy's fallback is not the exact one (the spot run's
+    lognormal cut at the switch, :func:`risk.on_demand_fallback` with ``quantiles`` False): 2
+    p5en.48xlarge spot nodes for ResNet-50 over 8 h read $62 at the 95th percentile as a column and
+    $35 exactly, so a column the cap drops may meet it, and one it keeps may not. Every column that
+    meets the other constraints is evaluated exactly in order of score (at most :data:`CAP_CHECKS`)
+    until one meets the cap."""
+    maybe = homogeneous_feasible(sub, ctx.cands, replace(limits, hard_cap_usd=None), ONE_JOB, traffic)
+    for j in np.flatnonzero(maybe)[np.argsort(score[maybe], kind="stable")][:CAP_CHECKS]:
+        out = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
+        if stats is not None:
+            stats.exact_evaluations += 1
+        if out.feasible:
+            return out
+    return None
+
+
 def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None = None,
           stats: SolveStats | None = None, work_limit: int | None = MILP_WORK_LIMIT,
           time_limit_s: float = SAFETY_TIME_LIMIT_S) -> Outcome | None:
@@ -320,15 +320,16 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     sub = subset_columns(cols, mask)
     traffic = ctx.traffic if (mask is None or ctx.traffic is None or mask.all()) else ctx.traffic[mask]
     objective = objective_of(ctx)
-    ok = homogeneous_feasible(sub, ctx.cands, limits, ONE_JOB, traffic)
     incumbent = None
     score = sub.cost_usd if objective == "min-cost" else sub.time_mean_s
     if limits.hard_cap_usd is not None:
         incumbent = _capped_columns(ctx, sub, limits, traffic, score, stats)
-    elif ok.any():
-        idx = np.flatnonzero(ok)
-        j = int(idx[np.argmin(score[idx])])
-        incumbent = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
+    else:
+        ok = homogeneous_feasible(sub, ctx.cands, limits, ONE_JOB, traffic)
+        if ok.any():
+            idx = np.flatnonzero(ok)
+            j = int(idx[np.argmin(score[idx])])
+            incumbent = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
     if limits.max_kinds < 2:
         return incumbent
     job = ctx.job
