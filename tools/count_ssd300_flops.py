@@ -18,7 +18,7 @@ times 3 for the forward and backward passes; the loss, box matching and hard-neg
 not counted (no multiply-adds of any size). ::
 
     python tools/count_ssd300_flops.py          # print the figures
-    python tools/count_ssd300_flops.py --check  # exit 1 if tools/convert_measurements.py disagrees
+    python tools/count_ssd300_flops.py --check  # exit 1 if the figures spottrain knows it by disagree
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def figures() -> tuple[int, int, int]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--check", action="store_true", help="compare with tools/convert_measurements.py")
+    p.add_argument("--check", action="store_true",
+                   help="compare with the figures the converter writes (spottrain.perf.workload's)")
     args = p.parse_args()
     got = figures()
     print(f"SSD300 (ResNet-50): {got[0]:,} FLOPs per training image, {got[1]:,} parameters, {got[2]} tensors")
