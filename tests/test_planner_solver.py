@@ -9,6 +9,7 @@ from spottrain.errors import InfeasibleError, InputError
 from spottrain.perf.workload import Workload
 from spottrain.planner import formulation, plan
 from spottrain.planner.engine import market_mask, prepare, solve
+from spottrain.planner.api import runners_up
 from spottrain.planner.formulation import SolveStats
 from spottrain.planner.exhaustive import all_plans
 
@@ -239,3 +240,26 @@ def test_hard_cap_checks_a_column_over_it_by_its_upper_side_p95_exactly():
     ctx = prepare(WORKLOAD, **kw, hard_cap_usd=free.cost_p95_usd * 1.001)
     capped = solve(ctx, mask=market_mask(ctx, on_demand=False))
     assert capped is not None and capped.picks == free.picks and capped.cost_p95_usd <= free.cost_p95_usd * 1.001
+
+
+def test_hard_cap_runners_up_are_checked_by_their_exact_p95_too():
+    # The runners-up beside a capped plan pass the same exact check: an instance type whose column
+    # p95 is over the cap but whose exact p95 meets it is listed, and none over the cap is.
+    kw = dict(samples=10e6, deadline_s=4 * 3600.0, offers=SYNTHETIC, max_kinds=1)
+    free_ctx = prepare(WORKLOAD, **kw)
+    free = solve(free_ctx, mask=market_mask(free_ctx, on_demand=False))
+    (i, n), = free.picks
+    col = next(j for j in range(free_ctx.cols.size) if (free_ctx.cols.cand[j], free_ctx.cols.n[j]) == (i, n))
+    assert free_ctx.cols.cost_p95_usd[col] > free.cost_p95_usd * 1.01
+    cap = free.cost_p95_usd * 1.001
+    ctx = prepare(WORKLOAD, **kw, hard_cap_usd=cap)
+    mask = market_mask(ctx, on_demand=False)
+    # another plan as the best: the free plan's instance type is then a runner-up
+    other = next(j for j in np.flatnonzero(mask) if ctx.cands[int(ctx.cols.cand[j])].instance_type
+                 != free_ctx.cands[i].instance_type and ctx.cols.cost_p95_usd[j] <= cap)
+    best = ctx.evaluate(((int(ctx.cols.cand[other]), int(ctx.cols.n[other])),))
+    listed = runners_up(ctx, best, mask)
+    assert free.picks in [r.picks for r in listed]
+    assert all(r.feasible and r.cost_p95_usd <= cap for r in listed)
+    kinds = [ctx.cands[r.picks[0][0]].instance_type for r in listed]
+    assert len(kinds) == len(set(kinds)) and ctx.cands[best.picks[0][0]].instance_type not in kinds

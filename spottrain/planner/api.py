@@ -24,6 +24,7 @@ from spottrain.planner.other_systems import run_baselines
 from spottrain.planner.engine import (
     ONE_JOB,
     Context,
+    capped_plans,
     describe,
     evaluate_picks,
     market_mask,
@@ -184,21 +185,28 @@ def plan(
 
 
 def runners_up(ctx: Context, best: Outcome, mask: np.ndarray, k: int = 3) -> list[Outcome]:
-    """The best feasible homogeneous plans of other instance types."""
+    """The best feasible homogeneous plans of other instance types, one each (under ``--hard-cap``,
+    each one's p95 cost checked exactly, as the best plan's is)."""
     sub = subset_columns(ctx.cols, mask)
-    ok = homogeneous_feasible(sub, ctx.cands, ctx.limits, ONE_JOB, None)
-    idx = np.flatnonzero(ok)
-    key = sub.cost_usd[idx] if objective_of(ctx) == "min-cost" else sub.time_mean_s[idx]
+    score = sub.cost_usd if objective_of(ctx) == "min-cost" else sub.time_mean_s
     taken = {ctx.cands[i].instance_type for i, _ in best.picks} if len(best.picks) == 1 else set()
+    kind = lambda plan: ctx.cands[plan.picks[0][0]].instance_type  # noqa: E731
+    if ctx.limits.hard_cap_usd is not None:
+        plans = capped_plans(ctx, sub, ctx.limits, None, score)
+    else:
+        idx = np.flatnonzero(homogeneous_feasible(sub, ctx.cands, ctx.limits, ONE_JOB, None))
+        # one exact evaluation per instance type: the columns are sorted, so its first is its best
+        first = {}
+        for j in idx[np.argsort(score[idx], kind="stable")]:
+            first.setdefault(ctx.cands[int(sub.cand[j])].instance_type, int(j))
+        plans = (ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),)) for t, j in first.items() if t not in taken)
     out = []
-    for j in idx[np.argsort(key, kind="stable")]:
-        c = ctx.cands[int(sub.cand[j])]
-        if c.instance_type in taken:
-            continue
-        taken.add(c.instance_type)
-        out.append(ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),)))
-        if len(out) >= k:
-            break
+    for plan in plans:
+        if kind(plan) not in taken:
+            taken.add(kind(plan))
+            out.append(plan)
+            if len(out) >= k:
+                break
     return out
 
 

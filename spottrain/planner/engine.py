@@ -15,7 +15,7 @@ front are built on these.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -287,27 +287,26 @@ def objective_of(ctx: Context) -> str:
 
 
 CAP_CHECKS = 200
-"""Most columns :func:`_capped_columns` evaluates exactly in one request."""
+"""Most columns :func:`capped_plans` evaluates exactly in one request."""
 
 
-def _capped_columns(ctx: Context, sub: Columns, limits: Limits, traffic: np.ndarray | None, score: np.ndarray,
-                    stats: SolveStats | None) -> Outcome | None:
-    """The best homogeneous plan under ``--hard-cap``, its p95 cost checked exactly.
+def capped_plans(ctx: Context, sub: Columns, limits: Limits, traffic: np.ndarray | None, score: np.ndarray,
+                 stats: SolveStats | None = None) -> Iterator[Outcome]:
+    """Homogeneous plans under ``--hard-cap`` in order of ``score``, each p95 cost checked exactly.
 
     The columns' p95 time under the deadline policy's fallback is not the exact one (the spot run's
     lognormal cut at the switch, :func:`risk.on_demand_fallback` with ``quantiles`` False): 2
     p5en.48xlarge spot nodes for ResNet-50 over 8 h read $62 at the 95th percentile as a column and
     $35 exactly, so a column the cap drops may meet it, and one it keeps may not. Every column that
     meets the other constraints is evaluated exactly in order of score (at most :data:`CAP_CHECKS`)
-    until one meets the cap."""
+    and yielded when it meets the cap: the best plan is the first, runners-up the next."""
     maybe = homogeneous_feasible(sub, ctx.cands, replace(limits, hard_cap_usd=None), ONE_JOB, traffic)
     for j in np.flatnonzero(maybe)[np.argsort(score[maybe], kind="stable")][:CAP_CHECKS]:
         out = ctx.evaluate(((int(sub.cand[j]), int(sub.n[j])),))
         if stats is not None:
             stats.exact_evaluations += 1
         if out.feasible:
-            return out
-    return None
+            yield out
 
 
 def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None = None,
@@ -323,7 +322,7 @@ def solve(ctx: Context, *, mask: np.ndarray | None = None, max_kinds: int | None
     incumbent = None
     score = sub.cost_usd if objective == "min-cost" else sub.time_mean_s
     if limits.hard_cap_usd is not None:
-        incumbent = _capped_columns(ctx, sub, limits, traffic, score, stats)
+        incumbent = next(capped_plans(ctx, sub, limits, traffic, score, stats), None)
     else:
         ok = homogeneous_feasible(sub, ctx.cands, limits, ONE_JOB, traffic)
         if ok.any():
