@@ -551,7 +551,8 @@ def ar16_fraction(g16: float) -> float:
 
 def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, devs: DeviceTable,
              detail: bool = False, e_i: np.ndarray | None = None, e_l: np.ndarray | None = None,
-             study_level: np.ndarray | float = 0.0, study_over: np.ndarray | float = 0.0):
+             study_level: np.ndarray | float = 0.0, study_over: np.ndarray | float = 0.0,
+             log_comp: np.ndarray | float = 0.0):
     """Predicted cluster throughput (samples/s) of every encoded row (and the parts, if ``detail``).
 
     ``study_level`` / ``study_over``: per-row log effects of the study a row comes from on the
@@ -588,6 +589,7 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_gpu = dispatch_step(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
+    t_comp = t_comp * np.exp(log_comp if np.ndim(log_comp) == 2 else np.reshape(np.asarray(log_comp, float), (-1, 1)))
     present = enc.cnt > 0
     S = enc.grad[:, None]
     # All-reduce payload: mixed-precision rows send between 2 (fp16 gradients) and 4 bytes per parameter.
@@ -698,6 +700,7 @@ class GroupInput:
     effect: float  # e_g + e_gm
     link_effect: float = 0.0  # e_l: fitted log efficiency of this GPU type's intra-node interconnect
     pcie_gbs: float = 0.0  # host link per direction (sets the floor of the intra-node path: host_staged_gbs)
+    log_comp: float = 0.0  # log factor on the compute step: the one-GPU step measured at this batch (ThroughputModel._step_anchor)
     log_pd: float = math.nan  # log power density of a power-limited board (NaN: not power-limited), see throttle
 
 
@@ -733,7 +736,8 @@ def predict_one(theta, groups: list[GroupInput], *, b: float, flops: float, grad
         per_flop = (c_flop ** ROOF_P + m_flop ** ROOF_P) ** (1.0 / ROOF_P)
         t_work = work * per_flop * math.exp(-(g["log_level"] + study_level + gr.effect + model_effect))
         t_gpu = dispatch_step(t_step0, t_fixed, t_work, p_ov)
-        tc.append((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
+        tc.append(((t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P) if t_host > 0 else t_gpu)
+                  * math.exp(gr.log_comp))
         fixed = fixed_part(t_step0, t_fixed, t_work, p_ov)
         to.append(fixed * (t_gpu / tc[-1]) ** (SOFTMAX_P - 1.0))
         lim.append(int(gpu_limit(t_gpu, t_host, fixed, c_flop, m_flop)))

@@ -67,6 +67,9 @@ other machine shares, and of their host, which it does not, and nothing tells th
 middle of the two. Other GPU types' rows predicted from one type's rows, the calibration alone / half /
 all of the change (bench/prediction_accuracy.py): ours 20.6 / 19.4 / 22.1 %, CM-DARE 11.0 / 9.7 / 9.7 %,
 Lambda 14.2 / 13.8 / 15.7 %; a quarter and three quarters were within 1.0 of the half on each."""
+STEP_REACH = math.log(2.0)
+"""How far (log batch) past the batch sizes measured on one GPU their compute step still counts: the
+measured residual fades linearly to nothing at twice the largest (half the smallest) batch."""
 PATH_LOG = 0.15
 """Log sd added when a query runs on a precision path (FP16 / TF32 tensor cores, plain FP32) that no
 fitted row used: the fraction of FLOPs on the fast path is then only its prior."""
@@ -134,6 +137,28 @@ def _architectures(gpus: frozenset[str]) -> frozenset[str]:
 def _config_key(q: "_Query") -> str:
     """One measured configuration: model, per-GPU batch, cluster, servers, precision."""
     return f"{q.model}|{q.batch_size}|{q.cluster}|{q.ps}|{q.sync}|{q.precision}"
+
+
+ANY_STUDY = "*"
+"""The study key of every row and query of a fit whose rows are one study (a user's own table)."""
+
+
+def _step_key(study: str, model: str, gpu: str, precision: str) -> str:
+    return f"{study}|{model}|{gpu}|{precision}"
+
+
+def _measured_steps(rows: list[Measurement], residuals: np.ndarray, one_study: bool) -> dict[str, list[float]]:
+    """The fit's log residual of every one-GPU all-reduce-free row, by (study, model, GPU, precision):
+    a flat list ``[log b, r, log b, r, ...]`` sorted by batch, rows of one batch averaged. One GPU
+    measures the compute step alone (no gradient exchange), so its residual is the compute model's
+    error at that batch (:meth:`ThroughputModel._step_anchor`)."""
+    acc: dict[str, dict[int, list[float]]] = {}
+    for m, r in zip(rows, residuals):
+        if m.ps == 0 and m.cluster.total_gpus == 1 and math.isfinite(r):
+            key = _step_key(ANY_STUDY if one_study else _study_of(m), m.model,
+                            device(m.cluster.groups[0].gpu).name, m.precision)
+            acc.setdefault(key, {}).setdefault(m.batch_size, []).append(float(r))
+    return {k: [x for b in sorted(v) for x in (math.log(b), float(np.mean(v[b])))] for k, v in acc.items()}
 
 
 def _regime(q: "_Query") -> str:
@@ -661,6 +686,7 @@ class ThroughputModel:
                                  e_l=np.array([self.link_effects_[k] for k in link_keys]),
                                  study_level=sl_fit, study_over=so_fit)
         self.train_log_residuals_ = y - np.log(fitted)
+        self.measured_steps_ = _measured_steps(rows, self.train_log_residuals_, len({_study_of(m) for m in rows}) == 1)
         self.correction_ = None
         self.interval_log_ = float(np.quantile(np.abs(self.train_log_residuals_), 0.9)) * 1.5 + 0.02
         self.regime_log_ = _regime_widths(queries, self.train_log_residuals_, scale=1.2, floor=0.02)
@@ -719,7 +745,7 @@ class ThroughputModel:
             # lazy: the residual correction only when one is fitted
             from spottrain.perf.correction import ResidualCorrection
 
-            self.correction_ = ResidualCorrection().fit(rows, self.train_log_residuals_)
+            self.correction_ = ResidualCorrection().fit(rows, self._anchored_residuals(rows))
         if isinstance(self.prior, ThroughputModel):
             self._floor_unmeasured_regimes(queries)
         return self
@@ -784,16 +810,30 @@ class ThroughputModel:
             sub = ThroughputModel(**base).fit([rows[i] for i in train])
             pred = np.log([p.throughput for p in sub.predict([rows[i] for i in test], warn=False)])
             cv_an[test] = y[test] - pred
-            corr = ResidualCorrection().fit([rows[i] for i in train], sub.train_log_residuals_)
+            corr = ResidualCorrection().fit([rows[i] for i in train], sub._anchored_residuals([rows[i] for i in train]))
             cv_corr[test] = y[test] - (pred + corr.predict([rows[i] for i in test]))
         mae_an, mae_corr = float(np.mean(np.abs(cv_an))), float(np.mean(np.abs(cv_corr)))
         use = self.correction == "always" or (self.correction == "auto" and mae_corr < 0.97 * mae_an)
         self.cv_log_residuals_ = cv_corr if use else cv_an
         self.cv_mae_log_ = {"analytical": mae_an, "corrected": mae_corr}
         if use:
-            self.correction_ = ResidualCorrection().fit(rows, self.train_log_residuals_)
+            self.correction_ = ResidualCorrection().fit(rows, self._anchored_residuals(rows))
         self.interval_log_ = float(np.quantile(np.abs(self.cv_log_residuals_), 0.9))
         self.regime_log_ = _regime_widths([_Query.of(m) for m in rows], self.cv_log_residuals_, scale=1.0, floor=0.0)
+
+    def _anchored_residuals(self, rows: list[Measurement]) -> np.ndarray:
+        """Log residuals of the fitted rows as :meth:`predict` gives them (each one-GPU row's measured
+        step in, :meth:`_step_anchor`), before any learned correction: what a correction can still learn.
+        The interval widths keep :attr:`train_log_residuals_`, without the steps: a query at a batch
+        no row measured on one GPU has none."""
+        if not self.measured_steps_:
+            return self.train_log_residuals_
+        kept, self.correction_ = self.correction_, None
+        try:
+            pred = np.array([p.throughput for p in self.predict(rows, warn=False)])
+        finally:
+            self.correction_ = kept
+        return np.log([m.throughput for m in rows]) - np.log(pred)
 
     # -- prediction ------------------------------------------------------------------------
     def _check(self) -> None:
@@ -945,7 +985,8 @@ class ThroughputModel:
         studies = [self.study_effects_.get(_study_of(q), (0.0, 0.0)) if isinstance(q, Measurement) else (0.0, 0.0)
                    for q in queries]
         rows_in = dict(e_i=ei, e_l=np.array([self.link_effects_[k] for k in link_keys]),
-                       study_level=np.array([v[0] for v in studies]), study_over=np.array([v[1] for v in studies]))
+                       study_level=np.array([v[0] for v in studies]), study_over=np.array([v[1] for v in studies]),
+                       log_comp=self._step_anchors(queries, qs, resolved, enc.dev.shape))
         with np.errstate(all="ignore"):
             x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True, **rows_in)
         logx = np.log(x)
@@ -984,6 +1025,54 @@ class ThroughputModel:
                 out[i] = _toward(out[i], c.throughput)
         return out
 
+    def _anchor_study(self, q) -> str | None:
+        """The study key a query's measured steps are looked up under: every query of a one-study fit
+        (a user's own table) is that study's; a shipped row names its study; any other query of a
+        several-study fit (the calibration) is nobody's, and no measured step applies to it: which
+        study's software a user's query runs is not known."""
+        steps = getattr(self, "measured_steps_", {})
+        if not steps:
+            return None
+        if any(k.startswith(ANY_STUDY + "|") for k in steps):
+            return ANY_STUDY
+        return (_study_of(q) or None) if isinstance(q, Measurement) else None
+
+    def _step_anchor(self, study: str | None, model: str, gpu: str, precision: str, batch: float) -> float:
+        """Log factor on the predicted compute step of ``model`` on one ``gpu`` at per-GPU ``batch``:
+        minus the fit's residual on the one-GPU rows of that configuration (interpolated in log batch
+        between the batch sizes measured, fading past them over :data:`STEP_REACH`); 0 where none was
+        measured.
+
+        The compute model fits every row at once and misses the shape of one model's batch curve on
+        one GPU (Pollux's ResNet-50 on a T4: +24 % at batch 20, -15 % at 200 with those rows in the
+        fit). A multi-GPU step at a measured per-GPU batch runs that same compute step, then exchanges
+        gradients: it takes the measured compute and the modelled exchange (and its overlap with the
+        measured backward pass). Pollux's multi-node rows with one node of the model measured: 10.9 ->
+        9.0 % (bench/prediction_accuracy.py)."""
+        if study is None:
+            return 0.0
+        pts = self.measured_steps_.get(_step_key(study, model, gpu, precision))
+        if not pts:
+            return 0.0
+        xs, rs = pts[0::2], pts[1::2]
+        x = math.log(batch)
+        beyond = max(xs[0] - x, x - xs[-1], 0.0)
+        if beyond >= STEP_REACH:
+            return 0.0
+        return -float(np.interp(x, xs, rs)) * (1.0 - beyond / STEP_REACH)
+
+    def _step_anchors(self, queries, qs: list["_Query"], resolved, shape) -> np.ndarray | float:
+        """:meth:`_step_anchor` of every (query, group) of an encoded batch (0.0 when no fit step applies)."""
+        if not getattr(self, "measured_steps_", {}):
+            return 0.0
+        out = np.zeros(shape)
+        for i, (orig, q) in enumerate(zip(queries, qs)):
+            study = self._anchor_study(orig)
+            if study is not None:
+                for j, (_g, name, _n) in enumerate(resolved[i]):
+                    out[i, j] = self._step_anchor(study, q.model, name, q.precision, q.batch_size)
+        return out
+
     def _other_machine(self, q: "_Query") -> bool:
         """Whether ``q`` runs on a GPU type this user fit's own rows do not hold: another of the user's
         machines, which its prediction takes only :data:`OTHER_MACHINE_SHARE` of the rows' change for."""
@@ -993,10 +1082,10 @@ class ThroughputModel:
     _STATE = ("theta_", "gpu_effects_", "model_effects_", "inter_effects_", "link_effects_", "fitted_gpus_", "fitted_models_",
               "max_nodes_", "max_gpus_per_node_", "n_rows_", "interval_log_", "regime_log_", "fitted_pairs_", "ar_nodes_",
               "fast_paths_", "spread_log_", "own_gpus_", "own_models_", "study_effects_", "own_configs_", "ar_clouds_",
-              "ar_rdma_")
+              "ar_rdma_", "measured_steps_")
     # State a model saved before it was recorded lacks: its rows' clouds are not known; no row of it
     # crossed RDMA nodes (none shipped did).
-    _STATE_DEFAULTS = {"ar_clouds_": [""], "ar_rdma_": False}
+    _STATE_DEFAULTS = {"ar_clouds_": [""], "ar_rdma_": False, "measured_steps_": {}}
 
     def to_dict(self) -> dict:
         """Fitted state as JSON-ready data (a model without a learned correction)."""
@@ -1075,7 +1164,8 @@ class ThroughputModel:
                 link_gbs=(d.nvlink_gbs / 2.0) if d.nvlink_gbs else d.pcie_gbs,
                 net_gbs=q.node_gbps(g, gpn) / 8.0,
                 effect=self._gpu_effect(name, q.precision) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
-                link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs, log_pd=d.log_power_density))
+                link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs, log_pd=d.log_power_density,
+                log_comp=self._step_anchor(self._anchor_study(q), q.model, d.name, q.precision, q.batch_size)))
         return an.predict_one(theta, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                               ntens=q.n_tensors, fp16=q.precision == "fp16", ps=q.ps, asyn=q.sync == "async",
                               model_effect=self.model_effects_.get(q.model, 0.0)
