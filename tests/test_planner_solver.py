@@ -228,15 +228,22 @@ def test_the_exact_evaluation_holds_a_quota_over_every_market_of_its_type():
     assert not both.feasible and "2 nodes of syn.v100a > quota 1" in both.why_not
 
 
-def test_hard_cap_checks_a_column_over_it_by_its_upper_side_p95_exactly():
-    # A spot column's p95 time under the deadline policy's fallback is an upper side of the exact one;
-    # a cap between the two must keep the plan whose exact p95 cost meets it.
+def _spot_plan_whose_column_p95_is_above_its_exact_one():
+    """(request keywords, the uncapped spot plan's context, the plan): its column's p95 cost is over
+    its exact one by more than 1 %."""
     kw = dict(samples=10e6, deadline_s=4 * 3600.0, offers=SYNTHETIC, max_kinds=1)
     free_ctx = prepare(WORKLOAD, **kw)
     free = solve(free_ctx, mask=market_mask(free_ctx, on_demand=False))
     (i, n), = free.picks
     col = next(j for j in range(free_ctx.cols.size) if (free_ctx.cols.cand[j], free_ctx.cols.n[j]) == (i, n))
     assert free_ctx.cols.cost_p95_usd[col] > free.cost_p95_usd * 1.01  # the column's side is above the exact
+    return kw, free_ctx, free
+
+
+def test_hard_cap_checks_a_column_over_it_by_its_upper_side_p95_exactly():
+    # A spot column's p95 time under the deadline policy's fallback is an upper side of the exact one;
+    # a cap between the two must keep the plan whose exact p95 cost meets it.
+    kw, free_ctx, free = _spot_plan_whose_column_p95_is_above_its_exact_one()
     ctx = prepare(WORKLOAD, **kw, hard_cap_usd=free.cost_p95_usd * 1.001)
     capped = solve(ctx, mask=market_mask(ctx, on_demand=False))
     assert capped is not None and capped.picks == free.picks and capped.cost_p95_usd <= free.cost_p95_usd * 1.001
@@ -245,12 +252,8 @@ def test_hard_cap_checks_a_column_over_it_by_its_upper_side_p95_exactly():
 def test_hard_cap_runners_up_are_checked_by_their_exact_p95_too():
     # The runners-up beside a capped plan pass the same exact check: an instance type whose column
     # p95 is over the cap but whose exact p95 meets it is listed, and none over the cap is.
-    kw = dict(samples=10e6, deadline_s=4 * 3600.0, offers=SYNTHETIC, max_kinds=1)
-    free_ctx = prepare(WORKLOAD, **kw)
-    free = solve(free_ctx, mask=market_mask(free_ctx, on_demand=False))
-    (i, n), = free.picks
-    col = next(j for j in range(free_ctx.cols.size) if (free_ctx.cols.cand[j], free_ctx.cols.n[j]) == (i, n))
-    assert free_ctx.cols.cost_p95_usd[col] > free.cost_p95_usd * 1.01
+    kw, free_ctx, free = _spot_plan_whose_column_p95_is_above_its_exact_one()
+    (i, _n), = free.picks
     cap = free.cost_p95_usd * 1.001
     ctx = prepare(WORKLOAD, **kw, hard_cap_usd=cap)
     mask = market_mask(ctx, on_demand=False)
