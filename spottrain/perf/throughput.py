@@ -1033,7 +1033,10 @@ class ThroughputModel:
         steps = getattr(self, "measured_steps_", {})
         if not steps:
             return None
-        if any(k.startswith(ANY_STUDY + "|") for k in steps):
+        seen = self.__dict__.get("_one_study_steps")
+        if seen is None or seen[0] is not steps:
+            seen = self.__dict__["_one_study_steps"] = (steps, any(k.startswith(ANY_STUDY + "|") for k in steps))
+        if seen[1]:
             return ANY_STUDY
         return (_study_of(q) or None) if isinstance(q, Measurement) else None
 
@@ -1060,6 +1063,13 @@ class ThroughputModel:
         if beyond >= STEP_REACH:
             return 0.0
         return -float(np.interp(x, xs, rs)) * (1.0 - beyond / STEP_REACH)
+
+    def _group_anchors(self, q: "_Query", resolved) -> list[float]:
+        """:meth:`_step_anchor` of each group of one query (scalar path)."""
+        study = self._anchor_study(q)
+        if study is None:
+            return [0.0] * len(resolved)
+        return [self._step_anchor(study, q.model, name, q.precision, q.batch_size) for _g, name, _n in resolved]
 
     def _step_anchors(self, queries, qs: list["_Query"], resolved, shape) -> np.ndarray | float:
         """:meth:`_step_anchor` of every (query, group) of an encoded batch (0.0 when no fit step applies)."""
@@ -1133,13 +1143,14 @@ class ThroughputModel:
         if self.correction_ is not None:
             return self.predict([q], warn=False)[0]
         resolved = _resolve_groups(q.cluster)
-        thr, parts, per = self._scalar(q, self.theta_, resolved)
+        anchors = self._group_anchors(q, resolved)
+        thr, parts, per = self._scalar(q, self.theta_, resolved, anchors)
         net_note = self._network_note(q, parts.get("cap_share", 0.0))
         reasons = self._extrapolation(q, parts.get("cap_share", 0.0), parts["over_share"], net_note)
         sides = (0.0, 0.0)
         if net_note is not None:
-            sides = (max(math.log(self._scalar(q, self._net_theta(Z90), resolved)[0] / thr), 0.0),
-                     max(math.log(thr / self._scalar(q, self._net_theta(-Z90), resolved)[0]), 0.0))
+            sides = (max(math.log(self._scalar(q, self._net_theta(Z90), resolved, anchors)[0] / thr), 0.0),
+                     max(math.log(thr / self._scalar(q, self._net_theta(-Z90), resolved, anchors)[0]), 0.0))
         below, above = self._half_widths(q, reasons, parts["over_share"], net_note, sides)
         notes = [n for n, _sd in reasons]
         out = ThroughputPrediction(
@@ -1150,12 +1161,15 @@ class ThroughputModel:
                             for (g, name, gpn), x in zip(resolved, per)))
         return _toward(out, self.prior.predict_one(q).throughput) if self._other_machine(q) else out
 
-    def _scalar(self, q: "_Query", theta: np.ndarray, resolved=None) -> tuple[float, dict, list[float]]:
+    def _scalar(self, q: "_Query", theta: np.ndarray, resolved=None, anchors=None) -> tuple[float, dict, list[float]]:
         """(throughput, parts, per-group throughput) of ``q`` under the global parameters ``theta``
-        (the fitted ones, or the network rate moved: :meth:`_net_theta`) through the scalar path."""
+        (the fitted ones, or the network rate moved: :meth:`_net_theta`) through the scalar path;
+        ``anchors``: each group's :meth:`_step_anchor` (None: looked up)."""
         resolved = _resolve_groups(q.cluster) if resolved is None else resolved
+        if anchors is None:
+            anchors = self._group_anchors(q, resolved)
         groups = []
-        for g, name, gpn in resolved:
+        for (g, name, gpn), log_comp in zip(resolved, anchors):
             d = device(name)
             key = f"{name}/{q.precision}"
             groups.append(an.GroupInput(
@@ -1165,7 +1179,7 @@ class ThroughputModel:
                 net_gbs=q.node_gbps(g, gpn) / 8.0,
                 effect=self._gpu_effect(name, q.precision) + self.inter_effects_.get(f"{key}|{q.model}", 0.0),
                 link_effect=self.link_effects_.get(name, 0.0), pcie_gbs=d.pcie_gbs, log_pd=d.log_power_density,
-                log_comp=self._step_anchor(self._anchor_study(q), q.model, d.name, q.precision, q.batch_size)))
+                log_comp=log_comp))
         return an.predict_one(theta, groups, b=q.batch_size, flops=q.flops, grad=max(q.grad, 1.0),
                               ntens=q.n_tensors, fp16=q.precision == "fp16", ps=q.ps, asyn=q.sync == "async",
                               model_effect=self.model_effects_.get(q.model, 0.0)
