@@ -218,6 +218,8 @@ def test_another_gpu_of_yours_takes_half_of_what_your_rows_change(monkeypatch):
         one = user.predict_one(tp._Query.of(m))
         assert one.throughput == pytest.approx(h.throughput, rel=1e-6)
         assert one.low == pytest.approx(h.low, rel=1e-6)
+    # ... and the note says the share the prediction keeps
+    assert any("another machine: 50% of what your rows change" in n for n in half[0].notes)
 
 
 def test_network_latency_is_paid_per_node_not_per_gpu():

@@ -901,7 +901,7 @@ class ThroughputModel:
                 # Another GPU type is another machine: its host sets the per-step overhead as
                 # another study's would.
                 over = self.spread_log_.get("study_over", 0.0) * over_share if missing else 0.0
-                why = ("another machine: half of what your rows change, the rest the calibration's"
+                why = (f"another machine: {OTHER_MACHINE_SHARE:.0%} of what your rows change, the rest the calibration's"
                        if self._other_machine(q) else "calibrated on another study's")
                 notes.append((f"{what} not in your measurements ({why})", math.hypot(level, over)))
         return notes
