@@ -64,3 +64,22 @@ def test_predict_says_what_the_bottleneck_means_and_what_relieves_it(capsys):
     assert code in (0, None)
     assert "bottleneck host: the host's per-step work and kernel launches: a larger per-GPU batch helps" in \
         " ".join(out.split())
+
+
+def test_predict_says_when_the_compute_step_is_one_your_rows_measured(tmp_path, capsys):
+    # synthetic rows: one V100 at two batch sizes; a 2-node query at one of them takes its measured step
+    m = tmp_path / "synthetic_one_gpu.csv"
+    m.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\n"
+                 "resnet50,32,1xV100,0,sync,290.0,24299079000,25557032\nresnet50,64,1xV100,0,sync,330.0,24299079000,25557032\n")
+    args = ("predict", "--model", "resnet50", "--batch-size", "64", "--measurements", str(m), "--no-from-store")
+    code, out, _ = run(capsys, *args, "--cluster", "2xV100:4", "--json")
+    assert code in (0, None)
+    d = json.loads(out)
+    assert d["measured_step"] is True
+    # the step less its exposed all-reduce is the measured one-GPU step: 64 / 330 s
+    assert d["iteration_time_s"] - d["sync_time_s"] == pytest.approx(64 / 330.0, rel=1e-6)
+    code, out, _ = run(capsys, *args, "--cluster", "2xV100:4")
+    assert "compute step as your rows measured it on one V100 at batch 64" in out
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--batch-size", "256", "--measurements", str(m),
+                       "--no-from-store", "--cluster", "2xV100:4", "--json")
+    assert json.loads(out)["measured_step"] is False  # four times the largest batch measured: the model's own step

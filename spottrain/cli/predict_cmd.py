@@ -188,6 +188,10 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
     console = Console()
     console.print(t)
     console.print(f"bottleneck {explain_bottleneck(pred.bottleneck)}", highlight=False)
+    if pred.measured_step:
+        gpus = " / ".join(sorted({g["gpu"] for g in pred.per_group}))
+        console.print(f"compute step as your rows measured it on one {gpus} at batch "
+                      f"{workload.batch_size}; the gradient exchange is modelled", highlight=False)
 
 
 def _table(rows, preds, title: str) -> None:

@@ -257,11 +257,16 @@ class ThroughputPrediction:
     sync_time_s: float | None = None
     """All-reduce rows: seconds of the step spent waiting for the gradient all-reduce after the
     backward pass (what DDP / AdaptDL time as sync); ``None`` for parameter servers."""
+    measured_step: bool = False
+    """True when every group's compute step is one a row measured on one GPU of its type at this
+    per-GPU batch (or between two such batches): only the gradient exchange is modelled
+    (:meth:`ThroughputModel._step_anchor`)."""
 
     def to_dict(self) -> dict:
         return {"throughput": self.throughput, "low": self.low, "high": self.high,
                 "iteration_time_s": self.iteration_time_s, "sync_time_s": self.sync_time_s, "bottleneck": self.bottleneck,
-                "extrapolated": self.extrapolated, "notes": list(self.notes), "per_group": list(self.per_group)}
+                "extrapolated": self.extrapolated, "notes": list(self.notes), "per_group": list(self.per_group),
+                "measured_step": self.measured_step}
 
 
 def _resolve_groups(cluster: ClusterSpec) -> list[tuple[ClusterGroup, str, int]]:
@@ -987,6 +992,7 @@ class ThroughputModel:
         rows_in = dict(e_i=ei, e_l=np.array([self.link_effects_[k] for k in link_keys]),
                        study_level=np.array([v[0] for v in studies]), study_over=np.array([v[1] for v in studies]),
                        log_comp=self._step_anchors(queries, qs, resolved, enc.dev.shape))
+        anchors = np.broadcast_to(rows_in["log_comp"], enc.dev.shape)
         with np.errstate(all="ignore"):
             x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True, **rows_in)
         logx = np.log(x)
@@ -1014,6 +1020,7 @@ class ThroughputModel:
                 throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=it,
                 bottleneck=an.bottleneck(q.ps, parts, i), extrapolated=bool(notes), notes=tuple(notes),
                 sync_time_s=float(parts["t_sync"][i]) if q.ps == 0 else None,
+                measured_step=bool(np.all(anchors[i, : len(resolved[i])] != 0.0)),
                 per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
         if far and warn:
             more = f" (and {len(far) - 1} more queries outside the fitted data)" if len(far) > 1 else ""
@@ -1156,7 +1163,7 @@ class ThroughputModel:
         out = ThroughputPrediction(
             throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=parts["t_w"],
             bottleneck=an.bottleneck_of(q.ps, parts), extrapolated=bool(notes), notes=tuple(notes),
-            sync_time_s=parts["t_sync"] if q.ps == 0 else None,
+            sync_time_s=parts["t_sync"] if q.ps == 0 else None, measured_step=all(a != 0.0 for a in anchors),
             per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
                             for (g, name, gpn), x in zip(resolved, per)))
         return _toward(out, self.prior.predict_one(q).throughput) if self._other_machine(q) else out
