@@ -552,7 +552,7 @@ def ar16_fraction(g16: float) -> float:
 def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, devs: DeviceTable,
              detail: bool = False, e_i: np.ndarray | None = None, e_l: np.ndarray | None = None,
              study_level: np.ndarray | float = 0.0, study_over: np.ndarray | float = 0.0,
-             log_comp: np.ndarray | float = 0.0):
+             log_comp: np.ndarray | None = None):
     """Predicted cluster throughput (samples/s) of every encoded row (and the parts, if ``detail``).
 
     ``study_level`` / ``study_over``: per-row log effects of the study a row comes from on the
@@ -589,7 +589,8 @@ def evaluate(theta: np.ndarray, e_g: np.ndarray, e_m: np.ndarray, enc: Encoded, 
     t_gpu = dispatch_step(np.reshape(t_step0, (-1, 1)), t_fixed[:, None], t_work, p_ov)
     t_host = (enc.b * math.exp(g["log_t_in"]) * enc.pix / PIX_REF)[:, None]
     t_comp = (t_gpu ** SOFTMAX_P + t_host ** SOFTMAX_P) ** (1.0 / SOFTMAX_P)
-    t_comp = t_comp * np.exp(log_comp if np.ndim(log_comp) == 2 else np.reshape(np.asarray(log_comp, float), (-1, 1)))
+    if log_comp is not None:  # (rows, groups): the compute step measured on one GPU (ThroughputModel._step_anchor)
+        t_comp = t_comp * np.exp(log_comp)
     present = enc.cnt > 0
     S = enc.grad[:, None]
     # All-reduce payload: mixed-precision rows send between 2 (fp16 gradients) and 4 bytes per parameter.

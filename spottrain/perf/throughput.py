@@ -691,7 +691,6 @@ class ThroughputModel:
                                  e_l=np.array([self.link_effects_[k] for k in link_keys]),
                                  study_level=sl_fit, study_over=so_fit)
         self.train_log_residuals_ = y - np.log(fitted)
-        self.measured_steps_ = _measured_steps(rows, self.train_log_residuals_, len({_study_of(m) for m in rows}) == 1)
         self.correction_ = None
         self.interval_log_ = float(np.quantile(np.abs(self.train_log_residuals_), 0.9)) * 1.5 + 0.02
         self.regime_log_ = _regime_widths(queries, self.train_log_residuals_, scale=1.2, floor=0.02)
@@ -726,6 +725,7 @@ class ThroughputModel:
         # from: their GPUs and models need no between-study term; anything else is another study's.
         # Rows of several studies (the shipped calibration) are nobody's own setup.
         one_study = len({_study_of(m) for m in rows}) == 1
+        self.measured_steps_ = _measured_steps(rows, self.train_log_residuals_, one_study)
         self.own_gpus_ = {k.split("/")[0] for k in gpu_keys} if one_study else set()
         self.own_models_ = set(models) if one_study else set()
         self.own_configs_ = set()
@@ -992,7 +992,7 @@ class ThroughputModel:
         rows_in = dict(e_i=ei, e_l=np.array([self.link_effects_[k] for k in link_keys]),
                        study_level=np.array([v[0] for v in studies]), study_over=np.array([v[1] for v in studies]),
                        log_comp=self._step_anchors(queries, qs, resolved, enc.dev.shape))
-        anchors = np.broadcast_to(rows_in["log_comp"], enc.dev.shape)
+        anchors = np.zeros(enc.dev.shape) if rows_in["log_comp"] is None else rows_in["log_comp"]
         with np.errstate(all="ignore"):
             x, parts = an.evaluate(self.theta_, eg, em, enc, devs, detail=True, **rows_in)
         logx = np.log(x)
@@ -1032,19 +1032,12 @@ class ThroughputModel:
                 out[i] = _toward(out[i], c.throughput)
         return out
 
-    def _anchor_study(self, q) -> str | None:
-        """The study key a query's measured steps are looked up under: every query of a one-study fit
-        (a user's own table) is that study's; a shipped row names its study; any other query of a
-        several-study fit (the calibration) is nobody's, and no measured step applies to it: which
-        study's software a user's query runs is not known."""
-        steps = getattr(self, "measured_steps_", {})
-        if not steps:
-            return None
-        seen = self.__dict__.get("_one_study_steps")
-        if seen is None or seen[0] is not steps:
-            seen = self.__dict__["_one_study_steps"] = (steps, any(k.startswith(ANY_STUDY + "|") for k in steps))
-        if seen[1]:
-            return ANY_STUDY
+    @staticmethod
+    def _anchor_study(q) -> str | None:
+        """The study a shipped row names (None for a user's query). A one-study fit (a user's own table)
+        keeps its steps under :data:`ANY_STUDY`, which every query takes; a several-study fit (the
+        calibration) under each study's name, which only that study's rows take: which study's software
+        a user's query runs is not known."""
         return (_study_of(q) or None) if isinstance(q, Measurement) else None
 
     def _step_anchor(self, study: str | None, model: str, gpu: str, precision: str, batch: float) -> float:
@@ -1059,9 +1052,9 @@ class ThroughputModel:
         gradients: it takes the measured compute and the modelled exchange (and its overlap with the
         measured backward pass). Pollux's multi-node rows with one node of the model measured: 10.9 ->
         9.0 % (bench/prediction_accuracy.py)."""
-        if study is None:
-            return 0.0
-        pts = self.measured_steps_.get(_step_key(study, model, gpu, precision))
+        steps = self.measured_steps_
+        pts = steps.get(_step_key(ANY_STUDY, model, gpu, precision)) or \
+            (steps.get(_step_key(study, model, gpu, precision)) if study is not None else None)
         if not pts:
             return 0.0
         xs, rs = pts[0::2], pts[1::2]
@@ -1071,23 +1064,21 @@ class ThroughputModel:
             return 0.0
         return -float(np.interp(x, xs, rs)) * (1.0 - beyond / STEP_REACH)
 
-    def _group_anchors(self, q: "_Query", resolved) -> list[float]:
-        """:meth:`_step_anchor` of each group of one query (scalar path)."""
-        study = self._anchor_study(q)
-        if study is None:
+    def _group_anchors(self, q: "_Query", resolved, study: str | None = None) -> list[float]:
+        """:meth:`_step_anchor` of each group of one query (``study``: :meth:`_anchor_study` of the row
+        it came from)."""
+        if not self.measured_steps_:
             return [0.0] * len(resolved)
         return [self._step_anchor(study, q.model, name, q.precision, q.batch_size) for _g, name, _n in resolved]
 
-    def _step_anchors(self, queries, qs: list["_Query"], resolved, shape) -> np.ndarray | float:
-        """:meth:`_step_anchor` of every (query, group) of an encoded batch (0.0 when no fit step applies)."""
-        if not getattr(self, "measured_steps_", {}):
-            return 0.0
+    def _step_anchors(self, queries, qs: list["_Query"], resolved, shape) -> np.ndarray | None:
+        """:meth:`_group_anchors` of every query of an encoded batch, (queries, groups); None when the
+        fit holds no measured step."""
+        if not self.measured_steps_:
+            return None
         out = np.zeros(shape)
         for i, (orig, q) in enumerate(zip(queries, qs)):
-            study = self._anchor_study(orig)
-            if study is not None:
-                for j, (_g, name, _n) in enumerate(resolved[i]):
-                    out[i, j] = self._step_anchor(study, q.model, name, q.precision, q.batch_size)
+            out[i, : len(resolved[i])] = self._group_anchors(q, resolved[i], self._anchor_study(orig))
         return out
 
     def _other_machine(self, q: "_Query") -> bool:
