@@ -15,6 +15,10 @@ Tables (``PRAGMA user_version`` holds :data:`STORE_SCHEMA_VERSION`):
   GPU, cluster, ps, sync, throughput in samples/s ...) plus the run id, the step and all-reduce
   times and when it was written. :mod:`spottrain.perf.own_runs` reads them back for ``predict``,
   ``plan`` and ``converge``.
+- ``loss_points`` (schema 3): a run's training-loss curve, one row per window of
+  :data:`spottrain.runtime.api.LOSS_EVERY` steps (the chief's mean loss over the window, at its
+  last step, and the global batch it trained at). ``converge`` and ``plan --target-loss`` read
+  them back as the run's loss curve (:func:`spottrain.perf.own_runs.own_curves`).
 
 Opening an older store upgrades it in place, in one transaction that only adds tables: nothing
 stored is rewritten or dropped. ``Store(path, read_only=True)`` neither creates nor upgrades a
@@ -45,7 +49,7 @@ from typing import Any
 from spottrain.errors import InputError, SchemaVersionError, UnknownNameError
 from spottrain.profiler.schema import Profile
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 ENV_VAR = "SPOTTRAIN_STORE"
 
 _SCHEMA_V1 = """
@@ -109,7 +113,21 @@ CREATE TABLE IF NOT EXISTS measurements (
 CREATE INDEX IF NOT EXISTS measurements_model ON measurements(model);
 """
 
-_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
+_SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS loss_points (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    loss REAL NOT NULL,
+    global_batch_size INTEGER NOT NULL,
+    workers INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS loss_points_model ON loss_points(model);
+"""
+
+_MIGRATIONS = {1: _SCHEMA_V1, 2: _SCHEMA_V2, 3: _SCHEMA_V3}
 """Schema version -> the statements that bring a store of the version before it up to it."""
 
 MEASUREMENT_COLUMNS = ("model", "batch_size", "cluster", "gpu", "workers", "ps", "sync", "throughput", "step_time_s",
@@ -395,6 +413,33 @@ class Store:
         if not self._has_table("measurements"):  # a read-only view of a schema-1 store
             return []
         sql, args = "SELECT * FROM measurements", []
+        where = [(c, v) for c, v in (("model", model), ("run_id", run_id)) if v is not None]
+        if where:
+            sql += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)
+            args = [v for _, v in where]
+        return [dict(r) for r in self._conn.execute(sql + " ORDER BY id", args).fetchall()]
+
+    # -- loss curves of runs
+
+    def add_loss_points(self, run_id: str, model: str, points: list[dict[str, Any]]) -> int:
+        """Store a run's loss curve (keys ``step``, ``loss``, ``global_batch_size``, ``workers``)
+        in one transaction; returns how many points were written."""
+        now = _now()
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT INTO loss_points (run_id, created_at, model, step, loss, global_batch_size, workers) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, now, model, int(p["step"]), float(p["loss"]), int(p["global_batch_size"]), int(p["workers"]))
+                 for p in points])
+        return len(points)
+
+    def loss_points(self, *, model: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Stored loss points as dicts (``id``, ``run_id``, ``created_at``, ``model``, ``step``,
+        ``loss``, ``global_batch_size``, ``workers``), oldest first; filtered by exact model name
+        or run id. Values are what the file holds: readers validate them."""
+        if not self._has_table("loss_points"):  # a read-only view of an older store
+            return []
+        sql, args = "SELECT * FROM loss_points", []
         where = [(c, v) for c, v in (("model", model), ("run_id", run_id)) if v is not None]
         if where:
             sql += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)

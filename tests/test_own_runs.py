@@ -220,6 +220,9 @@ def test_read_only_commands_do_not_create_a_store(tmp_path, capsys, monkeypatch)
     curves.write_text("step,loss\n" + "".join(f"{s},{2.0 / (1 + s / 100):.5f}\n" for s in range(0, 2000, 100)))
     code, out, err = run_cli(capsys, "converge", "--curves", str(curves), "--target-loss", "0.5", "--batch-size", "32",
                              "--json", "--from-store")
+    assert code == 0 and "--from-store: give --model M" in err
+    code, out, err = run_cli(capsys, "converge", "--curves", str(curves), "--target-loss", "0.5", "--batch-size", "32",
+                             "--json", "--from-store", "--model", "resnet50")
     assert code == 0 and f"no store at {missing}" in err
     assert not missing.parent.exists()
 
@@ -309,13 +312,12 @@ def test_calibrated_workload_reproduces_the_measured_cluster(gpu_store):
     assert calibrated_workload(w, own_rows("vgg16", store_path=path), default_model()) is w
 
 
-def test_converge_says_runs_hold_no_loss_curves(gpu_store, tmp_path, capsys):
-    path, _, _ = gpu_store
+def test_converge_with_a_table_and_no_model_reads_the_table_alone(gpu_store, tmp_path, capsys):
     curves = tmp_path / "c.csv"
     curves.write_text("step,loss\n" + "".join(f"{s},{2.0 / (1 + s / 100):.5f}\n" for s in range(0, 2000, 100)))
     args = ("converge", "--curves", str(curves), "--target-loss", "0.5", "--batch-size", "32", "--json")
     code, out, err = run_cli(capsys, *args)
-    assert code == 0 and f"your 1 run(s) in {path} recorded step times (1 measured row(s)), not loss curves" in err
+    assert code == 0 and err == ""
     steps = json.loads(out)["predictions"][0]["steps"]
     code, out, err = run_cli(capsys, *args, "--no-from-store")
     assert code == 0 and err == "" and json.loads(out)["predictions"][0]["steps"] == steps

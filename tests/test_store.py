@@ -163,28 +163,32 @@ def test_schema_1_store_is_upgraded_and_keeps_every_row(tmp_path, real_profile):
     _schema_1_store(path, real_profile)
     before = _dump(path)
     with Store(path) as store:
-        assert store.schema_version == STORE_SCHEMA_VERSION == 2
+        assert store.schema_version == STORE_SCHEMA_VERSION == 3
         assert store.get_profile("mlp-tiny") == real_profile
         assert store.get_run("old-run").meta == {"wall_s": 12.5}
         assert store.events("old-run")[0].data == {"workers": 4}
-        assert store.measurements() == []
+        assert store.measurements() == [] and store.loss_points() == []
+        store.add_loss_points("new-run", "resnet50", [{"step": 10, "loss": 2.5, "global_batch_size": 256, "workers": 4}])
         store.add_measurements("new-run", [{"model": "resnet50", "batch_size": 64, "cluster": "1xV100:4", "gpu": "V100",
                                             "workers": 4, "ps": 0, "sync": "sync", "throughput": 900.0,
                                             "step_time_s": 256 / 900.0, "steps": 30, "warmup_steps": 3}])
     assert _dump(path) == before  # byte-for-byte the same rows
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     conn.close()
     with Store(path) as store:  # opening again changes nothing
         (row,) = store.measurements()
         assert row["run_id"] == "new-run" and row["precision"] == "fp32" and row["sync_time_s"] is None
+        (point,) = store.loss_points(model="resnet50")
+        assert (point["run_id"], point["step"], point["loss"], point["global_batch_size"]) == ("new-run", 10, 2.5, 256)
+        assert store.loss_points(model="vgg16") == []
 
 
 def test_read_only_open_neither_creates_nor_upgrades(tmp_path, real_profile):
     path = tmp_path / "old.db"
     _schema_1_store(path, real_profile)
     with Store(path, read_only=True) as store:
-        assert store.schema_version == 1 and store.measurements() == []
+        assert store.schema_version == 1 and store.measurements() == [] and store.loss_points() == []
         assert store.list_profiles()[0].model == "mlp-tiny"
         with pytest.raises(InputError, match="read-only"):
             store.record_event("r", "tick")

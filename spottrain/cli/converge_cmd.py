@@ -39,17 +39,18 @@ def _boundaries(text: str) -> tuple[float, ...] | str | None:
 
 
 def converge(
-    curves: Annotated[Path, typer.Option(help="Loss-curve CSV of past runs: step, loss|error|accuracy [, workers, batch_size, staleness, run].")],
+    curves: Annotated[Path | None, typer.Option(help="Loss-curve CSV of past runs: step, loss|error|accuracy [, workers, batch_size, staleness, run]. Without it: the training-loss curves your runs of --model stored.")] = None,
     target_loss: Annotated[list[float] | None, typer.Option("--target-loss", help="Loss (or error = 1 - accuracy) to reach; repeat for several.")] = None,
     target: Annotated[list[float] | None, typer.Option("--target", help="Instead of --target-loss: a value of the curves' own metric to reach (accuracy 0.75, F1 88, loss 0.2); repeat for several.")] = None,
     workers: Annotated[list[int] | None, typer.Option("--workers", help="Worker counts to predict; repeat (default: those in the curves).")] = None,
     global_batch: Annotated[list[int] | None, typer.Option("--global-batch", help="With --sync sync: global batch sizes to predict; repeat (default: --workers x --batch-size, else the curves' own).")] = None,
     batch_size: Annotated[float | None, typer.Option(help="Per-worker batch of the curves without a batch_size column, and of the predictions.")] = None,
-    sync: Annotated[str, typer.Option(help="async (parameter server: N - 1 updates stale) or sync (global batch N x b, no staleness).")] = "async",
+    sync: Annotated[str | None, typer.Option(help="async (parameter server: N - 1 updates stale) or sync (global batch N x b, no staleness); default: async for --curves, sync for your runs' curves (spottrain run trains synchronously).")] = None,
     form: Annotated[str, typer.Option(help="staleness (default) or spotdnn (the published loss model).")] = "staleness",
     lr_boundaries: Annotated[str, typer.Option(help="auto (find learning-rate drops), none, or global steps 32000,48000.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
-    from_store: Annotated[bool | None, typer.Option("--from-store/--no-from-store", help="Look for loss curves of your own runs (spottrain run) in the store; it records step times only, so this says so and adds none.")] = None,
+    model: Annotated[str | None, typer.Option(help="The model your runs (spottrain run) trained: their stored training-loss curves are fitted when --curves is not given.")] = None,
+    from_store: Annotated[bool | None, typer.Option("--from-store/--no-from-store", help="Use the training-loss curves your runs of --model stored (default: when --model is given); never mixed with --curves.")] = None,
 ) -> None:
     """Predict global steps and samples to reach a target loss for other worker counts or batch sizes.
 
@@ -59,9 +60,13 @@ def converge(
     batch-size model (gradient noise scale + large-batch law, spottrain.perf.batch_scaling) and
     answers per global batch (more workers at the same per-worker batch = a larger global batch).
 
+    Your own runs: `spottrain run` stores each run's training loss (the chief's mean over windows
+    of steps); without --curves, --model M fits the curves of M's runs (steps to a training loss).
+
     Example:
       spottrain converge --curves runs.csv --target-loss 0.15 --workers 8 --workers 16
       spottrain converge --curves pollux_cifar10.csv --sync sync --target 0.85 --global-batch 768
+      spottrain converge --model resnet50 --target-loss 2.0 --global-batch 512
     """
     from spottrain.perf.batch_scaling import applies_to
     from spottrain.perf.convergence import read_loss_curves
@@ -70,29 +75,43 @@ def converge(
     _check_flags(curves, sync=sync, form=form, target_loss=target_loss, target=target, workers=workers,
                  global_batch=global_batch, batch_size=batch_size)
     bounds = _boundaries(lr_boundaries)
-    data = read_loss_curves(curves, batch_size=batch_size)
-    cli_own_curves(from_store, echo=lambda text, warning: err.print(("[yellow]warning:[/] " if warning else "")
-                                                                     + escape(text), highlight=False, soft_wrap=True))
+    own = cli_own_curves(from_store, model, curves_given=curves is not None,
+                         echo=lambda text, warning: err.print(("[yellow]warning:[/] " if warning else "")
+                                                              + escape(text), highlight=False, soft_wrap=True))
+    if curves is not None:
+        data, source = read_loss_curves(curves, batch_size=batch_size), str(curves)
+    elif own is not None:
+        data, source = own.curves, f"{own.store_path} (runs {', '.join(own.runs)})"
+    else:
+        raise InputError("give --curves FILE (loss curves of past runs), or --model M whose runs (spottrain run) "
+                         "stored loss curves", column="--curves")
+    sync = sync or ("async" if curves is not None else "sync")
+    if global_batch and sync != "sync":
+        raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if target is not None:
         target_loss = _targets_as_losses(data, target)
-    if sync == "sync" and applies_to(data):
-        _converge_batch(curves, data, target_loss, workers, global_batch, batch_size, as_json)
+    if curves is None and workers and not global_batch and batch_size is None:
+        raise InputError(f"your runs' curves are at global batch {', '.join(f'{c.batch_size:g}' for c in data)}: "
+                         "with --workers give --batch-size (per worker; global batch = workers x it), or give "
+                         "--global-batch", column="--workers")
+    if sync == "sync" and (applies_to(data) or curves is None):
+        _converge_batch(source, data, target_loss, workers, global_batch, batch_size, as_json)
         return
     if applies_to(data) and not as_json:
         err.print("[yellow]note:[/] these are synchronous runs at several global batch sizes: --sync sync predicts "
                   "per global batch with the batch-size model; --sync async (the default) fits the parameter-server "
                   "staleness model", highlight=False)
-    _converge_workers(curves, data, target_loss, workers, batch_size, sync=sync, form=form, bounds=bounds,
+    _converge_workers(source, data, target_loss, workers, batch_size, sync=sync, form=form, bounds=bounds,
                       as_json=as_json)
 
 
-def _check_flags(curves: Path, *, sync: str, form: str, target_loss: list[float] | None, target: list[float] | None,
+def _check_flags(curves: Path | None, *, sync: str | None, form: str, target_loss: list[float] | None, target: list[float] | None,
                  workers: list[int] | None, global_batch: list[int] | None, batch_size: float | None) -> None:
     """Every flag checked before the curves are read; the first wrong one is named (exit 2)."""
     from spottrain.cli import options
     from spottrain.perf.convergence import FORMS
 
-    if sync not in ("sync", "async"):
+    if sync not in (None, "sync", "async"):
         raise InputError(f"expected sync or async, got {sync!r}", column="--sync")
     if form not in FORMS:
         raise InputError(f"expected one of {', '.join(FORMS)}, got {form!r}", column="--form")
@@ -107,7 +126,7 @@ def _check_flags(curves: Path, *, sync: str, form: str, target_loss: list[float]
         raise InputError(f"expected worker counts >= 1, got {workers}", column="--workers")
     if global_batch and any(b < 1 for b in global_batch):
         raise InputError(f"expected global batch sizes >= 1, got {global_batch}", column="--global-batch")
-    if global_batch and sync != "sync":
+    if global_batch and sync == "async":
         raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if batch_size is not None and not batch_size > 0:
         raise InputError(f"expected a batch size > 0, got {batch_size:g}", column="--batch-size")
@@ -118,7 +137,8 @@ def _check_flags(curves: Path, *, sync: str, form: str, target_loss: list[float]
     options.positive(batch_size, "--batch-size", high=options.MAX_BATCH)
     if len(workers or ()) + len(global_batch or ()) + len(target_loss or ()) + len(target or ()) > 1000:
         raise InputError("more than 1000 worker counts, batch sizes and targets: give fewer", column="--workers")
-    options.input_file(curves, "--curves")
+    if curves is not None:
+        options.input_file(curves, "--curves")
 
 
 def _targets_as_losses(data: list, target: list[float]) -> list[float]:
@@ -136,7 +156,7 @@ def _targets_as_losses(data: list, target: list[float]) -> list[float]:
     return losses
 
 
-def _converge_workers(path: Path, data: list, target_loss: list[float], workers: list[int] | None,
+def _converge_workers(path: str, data: list, target_loss: list[float], workers: list[int] | None,
                       batch_size: float | None, *, sync: str, form: str, bounds: tuple[float, ...] | str | None,
                       as_json: bool) -> None:
     """Predictions per worker count from the convergence model (spotDNN's loss model, or its

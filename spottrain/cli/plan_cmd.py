@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         samples: Optional[str] = typer.Option(None, "--samples", help="Samples to train (e.g. 115M)."),
         epochs: Optional[float] = typer.Option(None, "--epochs", "--target-epochs", help="Epochs (with --dataset-size)."),
         dataset_size: Optional[str] = typer.Option(None, "--dataset-size", help="Samples per epoch (e.g. 1.28M)."),
-        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="Train until this loss (needs a profile with a loss curve, or --curves)."),
+        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="Train until this loss (needs --curves, your runs' stored loss curves of the model, or a profile with a loss curve)."),
         curves: Optional[Path] = typer.Option(None, "--curves", help="With --target-loss: past runs' loss-curve CSV (as `spottrain converge` reads) to fit the convergence model on, instead of the profile's curve."),
         critical_batch: Optional[str] = typer.Option(None, "--critical-batch", help="With --target-loss: gradient noise scale (samples) for the large-batch rule; default: samples grow with the global batch."),
         deadline: Optional[str] = typer.Option(None, "--deadline", help="Finish within (e.g. 8h): cheapest plan meeting it."),
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite --out / --report files."),
         include_outliers: bool = typer.Option(False, "--include-outliers", help="Also plan on spot prices `spottrain catalog` flags as implausible (a zone far below the type's other zones and its on-demand price)."),
         evidence: str = typer.Option("any", "--evidence", help="any: every spot type (a type without revocation traces is priced with a pooled lifetime law, shown with its range); traced: only spot types with revocation traces of their own."),
-        from_store: Optional[bool] = typer.Option(None, "--from-store/--no-from-store", help="Calibrate on the measured rows of your own runs (spottrain run) of this model; default: on when the store has some."),
+        from_store: Optional[bool] = typer.Option(None, "--from-store/--no-from-store", help="Calibrate on the measured rows of your own runs (spottrain run) of this model, and with --target-loss fit their stored loss curves (unless --curves); default: on when the store has some."),
     ) -> None:
         """Choose the cheapest cluster that meets a deadline (or the fastest within a budget): checks,
         workload, work, the analytical plan, the refine by simulation, the output."""
@@ -99,6 +99,8 @@ def register(app: typer.Typer) -> None:
             from spottrain.perf.convergence import read_loss_curves  # lazy: only with --curves
 
             loss_curves = read_loss_curves(curves, batch_size=workload.batch_size)
+        elif target_loss is not None:
+            loss_curves = _own_curves(workload.model, from_store)
         n_samples = _samples(samples, epochs, dataset_size, target_loss, workload)
         work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit,
                                                                    "loss_curves": loss_curves}
@@ -211,6 +213,24 @@ def _workload(profile, model, batch_size, from_store):
     if own:
         workload = calibrated_workload(workload, own, default_model())
     return workload, prof
+
+
+def _own_curves(model: str, from_store: bool | None):
+    """With --target-loss and no --curves: the training-loss curves your runs of ``model`` stored
+    (they take the place of the profile's short curve), or ``None``; says which it used."""
+    from spottrain.perf.own_runs import own_curves
+
+    if from_store is False:
+        return None
+    own = own_curves(model)
+    for line in own.skipped:
+        _echo(line, True)
+    if own:
+        _echo(f"steps to the target loss from the {own.describe()}", False)
+        return own.curves
+    if from_store:
+        _echo(f"--from-store: no loss curves of {model} in {own.store_path}", True)
+    return None
 
 
 def _analytical_plan(workload, work, **kwargs):

@@ -255,26 +255,108 @@ def cli_own_runs(flag: bool | None, model: str | list[str], *, echo, cluster: Cl
     return None
 
 
-def cli_own_curves(flag: bool | None, *, echo) -> None:
-    """``converge --from-store``: the store holds no loss curves (``spottrain run`` records step
-    times, not evaluations), so nothing is added to the convergence fit; say so when the store
-    has runs (or when ``--from-store`` was given)."""
-    if flag is False:
-        return None
-    path = store_location()
-    if not path.is_file():
-        if flag:
-            echo(f"--from-store: no store at {path} yet (spottrain run writes one)", True)
-        return None
+MIN_CURVE_POINTS = 3
+"""Fewest loss points of one run (at one global batch) that make a curve."""
 
+
+@dataclass(frozen=True, kw_only=True)
+class OwnCurves:
+    """The training-loss curves your runs of one model stored, one per global batch (runs at one
+    global batch pooled, as :func:`~spottrain.perf.convergence.pool_runs` pools a table's runs)."""
+
+    store_path: Path
+    exists: bool
+    curves: list = field(default_factory=list)
+    """:class:`~spottrain.perf.convergence.LossCurve` per global batch, smallest first
+    (``batch_size`` = the global batch, ``workers`` = 1: synchronous steps)."""
+    runs: list[str] = field(default_factory=list)
+    """Ids of the runs the curves hold."""
+    skipped: list[str] = field(default_factory=list)
+    """One line per stored run (or store) that gave no curve, and why."""
+    other_models: list[str] = field(default_factory=list)
+    """Models of which the store holds curves, when none is of the one asked for."""
+
+    def __bool__(self) -> bool:
+        return bool(self.curves)
+
+    def describe(self) -> str:
+        batches = ", ".join(f"{c.batch_size:g}" for c in self.curves)
+        points = sum(len(c.steps) for c in self.curves)
+        return (f"training loss of your {len(self.runs)} run(s) in {self.store_path} (global batch {batches}; "
+                f"{points} points, each the chief's mean over a window of steps)")
+
+
+def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) -> OwnCurves:
+    """The loss curves ``spottrain run`` stored for ``model`` (its name as the run recorded it, or
+    a zoo alias of it). Each run gives the points of its first global batch (a run whose global
+    batch changed, ``--rescale scale-lr`` after a revocation, stops there: its later steps are
+    another batch's); a point that is not a finite loss >= 0 is dropped, and a run with fewer
+    than :data:`MIN_CURVE_POINTS` points left gives no curve (said in ``skipped``)."""
+    from spottrain.perf.convergence import LossCurve, pool_runs  # lazy: scipy
+
+    path = store_location(store_path)
+    if not path.is_file():
+        return OwnCurves(store_path=path, exists=False)
     try:
         with Store(path, read_only=True) as store:
-            runs = len(store.list_runs())
-            rows = len(store.measurements())
-    except Exception as exc:  # noqa: BLE001 - a store that cannot be read is a note, not a failure
-        echo(f"store not read: {exc}", True)
+            points = store.loss_points()
+    except (SpottrainError, OSError) as exc:
+        return OwnCurves(store_path=path, exists=True, skipped=[f"store not read: {exc}"])
+    key = _model_key(model)
+    mine = [p for p in points if _model_key(str(p["model"])) == key]
+    if not mine:
+        return OwnCurves(store_path=path, exists=True, other_models=sorted({str(p["model"]) for p in points}))
+    by_run: dict[str, list[dict]] = {}
+    for p in mine:
+        by_run.setdefault(str(p["run_id"]), []).append(p)
+    pooled: dict[int, list[tuple[float, float, str]]] = {}
+    runs, skipped = [], []
+    for run_id, pts in by_run.items():
+        pts = sorted(pts, key=lambda p: p["step"])
+        batch = pts[0]["global_batch_size"]
+        first = [p for p in pts[:next((i for i, p in enumerate(pts) if p["global_batch_size"] != batch), len(pts))]
+                 if isinstance(p["loss"], (int, float)) and math.isfinite(p["loss"]) and p["loss"] >= 0]
+        if not isinstance(batch, int) or batch < 1 or len(first) < MIN_CURVE_POINTS:
+            skipped.append(f"run {run_id}: {len(first)} usable loss point(s) at its first global batch "
+                           f"{batch}, fewer than {MIN_CURVE_POINTS}")
+            continue
+        runs.append(run_id)
+        pooled.setdefault(batch, []).extend((float(p["step"]), float(p["loss"]), run_id) for p in first)
+    curves = []
+    for batch in sorted(pooled):
+        steps, losses = pool_runs(pooled[batch])
+        curves.append(LossCurve(steps=steps, losses=losses, batch_size=float(batch), workers=1, metric="loss"))
+    return OwnCurves(store_path=path, exists=True, curves=curves, runs=runs, skipped=skipped)
+
+
+def cli_own_curves(flag: bool | None, model: str | None, *, echo, curves_given: bool) -> OwnCurves | None:
+    """``converge --from-store``: the training-loss curves your runs of ``model`` stored, when they
+    are to be fitted, else ``None``; says what it found either way.
+
+    They are fitted only without ``--curves``: a table's ``loss`` may be a validation loss or
+    another metric, and one fit of two metrics answers neither (the note says how to use them).
+    ``flag`` None (the default) looks when ``model`` is given; False never looks."""
+    if flag is False or (model is None and not flag):
         return None
-    if runs or flag:
-        echo(f"your {runs} run(s) in {path} recorded step times ({rows} measured row(s)), not loss curves: "
-             "the convergence fit uses --curves only", False)
-    return None
+    if model is None:
+        echo("--from-store: give --model M, the model your runs (spottrain run) trained, to use their loss curves",
+             True)
+        return None
+    own = own_curves(model)
+    for line in own.skipped:
+        echo(line, True)
+    if not own.exists:
+        if flag:
+            echo(f"--from-store: no store at {own.store_path} yet (spottrain run writes one)", True)
+        return None
+    if not own:
+        if flag or not curves_given:
+            more = f" (it has curves of {', '.join(own.other_models)})" if own.other_models else ""
+            echo(f"no loss curves of {model} in {own.store_path}{more}", True)
+        return None
+    if curves_given:
+        echo(f"your runs stored the {own.describe()}: not mixed with --curves, whose values may be another "
+             "metric; leave out --curves to fit them", False)
+        return None
+    echo(f"fitted on the {own.describe()}", False)
+    return own

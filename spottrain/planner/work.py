@@ -128,7 +128,8 @@ def target_loss_work(loss_curve: Any, target_loss: float, batch_size: int, *,
     fitted, or never reaches the target."""
     if not loss_curve:
         raise InputError("--target-loss: needs a loss curve: a --profile that has one (spottrain profile "
-                         "--loss-steps N records one) or past runs' curves (--curves runs.csv)")
+                         "--loss-steps N records one), past runs' curves (--curves runs.csv), or a run of "
+                         "this model by spottrain run (its loss curve is stored)")
     if not (target_loss > 0 and math.isfinite(target_loss)):
         raise InputError(f"--target-loss: must be a positive loss, got {target_loss!r}")
     if critical_batch is not None and not critical_batch > 0:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -55,6 +56,11 @@ it runs every few steps, at a step all members know in advance, so a fast step d
 second synchronization point (a host-device sync on a GPU). A notice, a checkpoint request or a
 newer generation waits for it: at most this long plus two steps (what an agreement carries is read
 at the start of the step it follows)."""
+
+LOSS_EVERY = 10
+"""Rank 0 reports its training loss (its own shard's mean over this many steps) in every
+LOSS_EVERY-th step event; the run's record keeps them as its loss curve (``converge`` reads it).
+Reading a GPU loss waits for the device, so it is read once a window, not every step."""
 
 PROGRESS_EVERY_S = 0.05
 """Rank 0 publishes its step count to the controller at most this often (and always the first step
@@ -221,6 +227,9 @@ class Trainer:
         """The flags and pending all-reduce of the agreement that follows the current step."""
         self._boundary_at: tuple[int, float] = (0, time.monotonic())
         self._progress_at = 0.0
+        self._loss_sum: torch.Tensor | None = None
+        """Rank 0's summed shard losses since its last report (on the device: no sync per step)."""
+        self._loss_steps = 0
         self._last_ckpt_t = time.monotonic()
         self._last_ckpt_step = -1
         self._events = None
@@ -502,6 +511,7 @@ class Trainer:
         self._next_boundary = self.step  # a new group agrees after its first step
         self._agreement = None
         self._progress_at = 0.0  # and tells the controller of it
+        self._loss_sum, self._loss_steps = None, 0  # a window starts with the group
         self._boundary_at = (self.step, time.monotonic())
         self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step, source=source,
                     form_s=time.time() - t0, wait_s=t_wait, init_s=t_init - t0 - t_wait,
@@ -582,6 +592,7 @@ class Trainer:
         timed = self._ddp is not None and self._rank == 0 and self.device.type == "cpu"
         sync_s: float | None = None
         self.optimizer.zero_grad(set_to_none=True)
+        shard_loss: torch.Tensor | None = None  # rank 0's mean loss over its shard of the step
         for i, idx in enumerate(chunks):
             batch = self._fetch(idx)
             # Mean over the global batch; DDP divides by the world size, so multiply it back.
@@ -589,32 +600,52 @@ class Trainer:
             last = i == len(chunks) - 1
             if self._ddp is not None and not last:
                 with self._ddp.no_sync():
-                    (self.loss_fn(model, batch) * scale).backward()
+                    loss = self.loss_fn(model, batch)
+                    (loss * scale).backward()
             elif self._ddp is not None:  # the last micro-batch: DDP all-reduces its gradients
-                loss = self.loss_fn(model, batch) * scale
+                loss = self.loss_fn(model, batch)
                 # A failure after every gradient was produced is not the training code's (the
                 # backward pass is done): it is DDP's wait for the all-reduce.
                 with _collective(lambda: self._elastic is not None and self._sync.count >= self._n_trainable,
                                  "gradient all-reduce"):
-                    waited = self._sync.backward(loss)
+                    waited = self._sync.backward(loss * scale)
                 sync_s = waited if timed else None
             else:
-                (self.loss_fn(model, batch) * scale).backward()
+                loss = self.loss_fn(model, batch)
+                (loss * scale).backward()
+            if self._rank == 0:
+                part = loss.detach() * (len(idx) / len(mine))
+                shard_loss = part if shard_loss is None else shard_loss + part
         self.optimizer.step()
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.sampler.advance(batch_size)
         self.step += 1
         if self._rank == 0:
-            if sync_s is not None:
-                self._event("step", step=self.step, gen=self._gen, world=self._world, sync_time_s=round(sync_s, 6))
-            else:
-                self._event("step", step=self.step, gen=self._gen, world=self._world)
+            extra: dict[str, Any] = {} if sync_s is None else {"sync_time_s": round(sync_s, 6)}
+            loss_mean = self._window_loss(shard_loss)
+            if loss_mean is not None:
+                extra.update(loss=loss_mean, batch=batch_size)
+            self._event("step", step=self.step, gen=self._gen, world=self._world, **extra)
             now = time.monotonic()
             if self._elastic is not None and (now - self._progress_at >= PROGRESS_EVERY_S
                                               or self.step >= self.config.steps):
                 self._elastic.set("progress", self.step)
                 self._progress_at = now
+
+    def _window_loss(self, shard_loss: torch.Tensor | None) -> float | None:
+        """Add rank 0's shard loss of this step to its window; at the window's end (every
+        :data:`LOSS_EVERY` steps, and the last step) its mean, else ``None``. A loss that is not a
+        finite number is reported as none (a diverging run's curve stops there)."""
+        if shard_loss is not None and shard_loss.numel() == 1:
+            value = shard_loss.reshape(()).float()
+            self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
+            self._loss_steps += 1
+        if self._loss_steps == 0 or (self.step % LOSS_EVERY and self.step < self.config.steps):
+            return None
+        mean = float(self._loss_sum) / self._loss_steps  # type: ignore[arg-type]
+        self._loss_sum, self._loss_steps = None, 0
+        return round(mean, 6) if math.isfinite(mean) else None
 
     def _fetch(self, indices: list[int]) -> Any:
         get_batch = getattr(self.dataset, "get_batch", None)

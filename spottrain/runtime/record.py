@@ -20,6 +20,12 @@ How a row is measured, from the chief's ``step`` events (``events-<worker>.jsonl
   (``scale-lr``);
 - all-reduce (sync) time: the mean of the steps' ``sync_time_s`` when the workers report it;
   empty otherwise.
+
+It also leaves the run's training-loss curve (the store's ``loss_points``): the chief's mean loss
+over each window of :data:`~spottrain.runtime.api.LOSS_EVERY` steps, as its step events carry it,
+with the global batch of that step. A step trained twice (a restart from a checkpoint repeats the
+steps after it) keeps its later loss. Any device's run gives one: steps to a loss do not depend on
+the hardware, so a CPU run's curve serves ``converge`` as well as a GPU run's.
 """
 
 from __future__ import annotations
@@ -92,9 +98,13 @@ def record_run(summary: RunSummary, events: list[dict[str, Any]], *, store_path:
             for ck in summary.checkpoints:
                 store.record_event(summary.job_id, "checkpoint", data=ck)
             if setup is not None:
-                rows = measurement_rows(read_worker_events(Path(summary.run_dir)), setup)
+                worker_events = read_worker_events(Path(summary.run_dir))
+                rows = measurement_rows(worker_events, setup)
                 if rows:
                     store.add_measurements(summary.job_id, rows)
+                points = loss_points(worker_events)
+                if points:
+                    store.add_loss_points(summary.job_id, setup.model, points)
             return str(store.path)
     except Exception as exc:  # noqa: BLE001 - a record must never fail the run
         log.warning("could not write the run record: %s", exc)
@@ -166,6 +176,19 @@ def measurement_rows(worker_events: list[dict[str, Any]], setup: RunSetup) -> li
             "precision": setup.precision, "tensor_count": setup.tensor_count, "source": setup.source,
         })
     return rows
+
+
+def loss_points(worker_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's loss curve: ``{"step", "loss", "global_batch_size", "workers"}`` per step event
+    that carries a loss (see the module docstring), by step; a repeated step keeps its later report."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for ev in sorted((e for e in worker_events if e.get("kind") == "step"), key=lambda e: e.get("t", 0.0)):
+        loss, batch = ev.get("loss"), ev.get("batch")
+        if not isinstance(loss, (int, float)) or not math.isfinite(loss) or not isinstance(batch, int) or batch < 1:
+            continue
+        by_step[int(ev["step"])] = {"step": int(ev["step"]), "loss": float(loss), "global_batch_size": batch,
+                                    "workers": int(ev.get("world", 1))}
+    return [by_step[k] for k in sorted(by_step)]
 
 
 def local_setup(job: Any, *, example: str | None = None, plan: Any = None) -> RunSetup | None:

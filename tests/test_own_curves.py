@@ -1,0 +1,156 @@
+"""Your own runs' loss curves: `spottrain run` stores the chief's training loss, `converge` and
+`plan --target-loss` fit it."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spottrain.cli.main import main
+from spottrain.perf.convergence import first_crossing
+from spottrain.perf.own_runs import own_curves
+from spottrain.runtime.api import LOSS_EVERY
+from spottrain.runtime.record import loss_points
+from spottrain.runtime.summary import read_worker_events
+from spottrain.store import Store
+
+
+def run_cli(capsys, *args):
+    """(exit code, stdout, stderr) of the console entry point."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory):
+    """A real 2-worker local run of the mlp example on the CPU, 60 steps at global batch 64."""
+    root = tmp_path_factory.mktemp("curves")
+    env = {**os.environ, "SPOTTRAIN_STORE": str(root / "s.db"), "SPOTTRAIN_DEVICE": "cpu"}
+    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--example", "mlp",
+                          "--workers", "2", "--steps", "60", "--global-batch", "64", "--checkpoint-every", "1000",
+                          "--job-id", "curve-run", "--run-dir", str(root / "run")],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return root
+
+
+def test_a_real_run_stores_the_chiefs_loss_every_window(mlp_run):
+    with Store(mlp_run / "s.db") as store:
+        points = store.loss_points(model="example-mlp")
+    assert [p["step"] for p in points] == list(range(LOSS_EVERY, 61, LOSS_EVERY))
+    assert {(p["run_id"], p["global_batch_size"], p["workers"]) for p in points} == {("curve-run", 64, 2)}
+    # What is stored is what the chief's step events reported, and the example learns.
+    events = read_worker_events(mlp_run / "run")
+    reported = {e["step"]: e["loss"] for e in events if e.get("kind") == "step" and "loss" in e}
+    assert {p["step"]: p["loss"] for p in points} == reported
+    losses = [p["loss"] for p in points]
+    assert all(math.isfinite(v) and v > 0 for v in losses) and losses[-1] < losses[0]
+
+
+def test_converge_fits_your_runs_curve_without_a_table(mlp_run, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(mlp_run / "s.db"))
+    with Store(mlp_run / "s.db") as store:
+        points = store.loss_points(model="example-mlp")
+    steps, losses = [p["step"] for p in points], [p["loss"] for p in points]
+    target = (losses[0] + losses[-1]) / 2
+    code, out, err = run_cli(capsys, "converge", "--model", "example-mlp", "--target-loss", f"{target:.6f}", "--json")
+    assert code == 0, err
+    assert "fitted on the training loss of your 1 run(s)" in err and "global batch 64" in err
+    d = json.loads(out)
+    (row,) = d["predictions"]
+    assert d["batch_sizes"] == [64.0] and row["sync"] == "sync" and row["global_batch"] == 64.0
+    # At the run's own batch the answer is where its curve first crosses the target.
+    curve = own_curves("example-mlp").curves[0]
+    assert curve.steps == tuple(float(s) for s in steps) and curve.losses == tuple(losses)
+    assert row["steps"] == pytest.approx(first_crossing(curve, target))
+    assert row["steps_low"] < row["steps"] < row["steps_high"]
+    # With --curves the table is fitted alone (its loss may be another metric), and the note says so.
+    table = tmp_path / "c.csv"
+    table.write_text("step,loss\n" + "".join(f"{s},{2.0 / (1 + s / 100):.5f}\n" for s in range(0, 2000, 100)))
+    alone = ("converge", "--curves", str(table), "--target-loss", "0.5", "--batch-size", "32", "--json")
+    code, out1, err1 = run_cli(capsys, *alone)
+    code2, out2, err2 = run_cli(capsys, *alone, "--model", "example-mlp")
+    assert code == code2 == 0 and err1 == "" and "not mixed with --curves" in err2
+    assert json.loads(out2)["predictions"] == json.loads(out1)["predictions"]
+
+
+def test_converge_without_curves_or_stored_runs_is_a_user_error(mlp_run, capsys, monkeypatch):
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(mlp_run / "s.db"))
+    code, out, err = run_cli(capsys, "converge", "--model", "resnet50", "--target-loss", "1")
+    assert code == 2 and out == "" and "no loss curves of resnet50" in err and "(it has curves of example-mlp)" in err
+    assert "--curves: give --curves FILE" in err and "Traceback" not in err
+    code, _, err = run_cli(capsys, "converge", "--model", "example-mlp", "--target-loss", "1", "--workers", "4")
+    assert code == 2 and "--workers: your runs' curves are at global batch 64" in err
+    code, _, err = run_cli(capsys, "converge", "--model", "example-mlp", "--target-loss", "1", "--no-from-store")
+    assert code == 2 and "give --curves FILE" in err
+
+
+def test_restarted_steps_keep_their_later_loss_and_reports_without_a_loss_are_not_points():
+    events = [{"t": 1.0, "kind": "step", "step": 10, "world": 2, "loss": 2.0, "batch": 64},
+              {"t": 2.0, "kind": "step", "step": 20, "world": 2, "loss": 1.5, "batch": 64},
+              {"t": 2.5, "kind": "step", "step": 21, "world": 2},
+              {"t": 3.0, "kind": "step", "step": 20, "world": 1, "loss": 1.4, "batch": 64},  # after a restart
+              {"t": 4.0, "kind": "step", "step": 30, "world": 1, "loss": float("nan"), "batch": 64},
+              {"t": 5.0, "kind": "step", "step": 40, "world": 1, "loss": 1.1, "batch": 64}]
+    assert loss_points(events) == [
+        {"step": 10, "loss": 2.0, "global_batch_size": 64, "workers": 2},
+        {"step": 20, "loss": 1.4, "global_batch_size": 64, "workers": 1},
+        {"step": 40, "loss": 1.1, "global_batch_size": 64, "workers": 1}]
+
+
+def test_stored_curves_pool_runs_per_global_batch_and_stop_where_the_batch_changed(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as store:  # synthetic curves
+        for run, batch, scale in (("a", 128, 1.0), ("b", 128, 1.02), ("c", 512, 1.0)):
+            store.add_loss_points(run, "resnet32", [{"step": k * 10, "loss": scale * 2.0 / (1 + k), "workers": 4,
+                                                     "global_batch_size": batch} for k in range(1, 6)])
+        # scale-lr after a revocation: the global batch fell from 256 to 192 at step 30
+        store.add_loss_points("d", "resnet32", [{"step": k * 10, "loss": 1.0 / k, "workers": 4 if k < 3 else 3,
+                                                 "global_batch_size": 256 if k < 3 else 192} for k in range(1, 6)])
+        store.add_loss_points("e", "resnet32", [{"step": 10, "loss": 1.0, "global_batch_size": 64, "workers": 1}])
+        store.add_loss_points("f", "vgg16", [{"step": 10 * k, "loss": 1.0, "global_batch_size": 64, "workers": 1}
+                                             for k in range(1, 5)])
+    own = own_curves("resnet-32", store_path=path)  # an alias of the zoo's name
+    assert [c.batch_size for c in own.curves] == [128.0, 512.0] and sorted(own.runs) == ["a", "b", "c"]
+    pooled = own.curves[0]
+    assert pooled.steps == (10.0, 20.0, 30.0, 40.0, 50.0)
+    assert pooled.losses[0] == pytest.approx(1.01 * 2.0 / 2)  # the two runs' mean at each step
+    assert sorted(own.skipped) == [
+        "run d: 2 usable loss point(s) at its first global batch 256, fewer than 3",
+        "run e: 1 usable loss point(s) at its first global batch 64, fewer than 3"]
+    none = own_curves("bert-base", store_path=path)
+    assert not none and none.exists and none.other_models == ["resnet32", "vgg16"]
+    assert not own_curves("resnet32", store_path=tmp_path / "missing.db").exists
+
+
+def test_plan_to_a_target_loss_uses_your_runs_curves(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "s.db"
+    points = [{"step": k * 100, "loss": 2.3 / (1 + 0.3 * k), "global_batch_size": 128, "workers": 4}
+              for k in range(1, 40)]  # synthetic curve
+    with Store(path) as store:
+        store.add_loss_points("syn-run", "resnet32", points)
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(path))
+    args = ("plan", "--model", "resnet32", "--batch-size", "128", "--target-loss", "0.3", "--deadline", "2h",
+            "--no-refine", "--json")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert "steps to the target loss from the training loss of your 1 run(s)" in err
+    stored = json.loads(out)
+    # The same curve given as --curves plans the same cluster at the same expected time.
+    table = tmp_path / "c.csv"
+    table.write_text("step,loss,batch_size\n" + "".join(f"{p['step']},{p['loss']!r},128\n" for p in points))
+    code, out, err = run_cli(capsys, *args, "--curves", str(table))
+    assert code == 0 and "your 1 run(s)" not in err
+    given = json.loads(out)
+    assert given["samples_total"] == pytest.approx(stored["samples_total"])
+    assert [given["plan"][k] for k in ("groups", "prediction")] == [stored["plan"][k] for k in ("groups", "prediction")]
+    code, out, err = run_cli(capsys, *args, "--no-from-store")
+    assert code == 2 and "a run of this model by spottrain run" in err
