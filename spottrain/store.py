@@ -17,7 +17,8 @@ Tables (``PRAGMA user_version`` holds :data:`STORE_SCHEMA_VERSION`):
   ``plan`` and ``converge``.
 - ``loss_points`` (schema 3): a run's training-loss curve, one row per window of
   :data:`spottrain.runtime.api.LOSS_EVERY` steps (the chief's mean loss over the window, at its
-  last step, and the global batch it trained at). ``converge`` and ``plan --target-loss`` read
+  last step, the global batch it trained at, and the gradient's |G|^2 and tr(Sigma) where a
+  group of two or more measured them). ``converge`` and ``plan --target-loss`` read
   them back as the run's loss curve (:func:`spottrain.perf.own_runs.own_curves`).
 
 Opening an older store upgrades it in place, in one transaction that only adds tables: nothing
@@ -122,7 +123,9 @@ CREATE TABLE IF NOT EXISTS loss_points (
     step INTEGER NOT NULL,
     loss REAL NOT NULL,
     global_batch_size INTEGER NOT NULL,
-    workers INTEGER NOT NULL
+    workers INTEGER NOT NULL,
+    grad_sqr REAL,
+    grad_var REAL
 );
 CREATE INDEX IF NOT EXISTS loss_points_model ON loss_points(model);
 """
@@ -422,20 +425,21 @@ class Store:
     # -- loss curves of runs
 
     def add_loss_points(self, run_id: str, model: str, points: list[dict[str, Any]]) -> int:
-        """Store a run's loss curve (keys ``step``, ``loss``, ``global_batch_size``, ``workers``)
-        in one transaction; returns how many points were written."""
+        """Store a run's loss curve (keys ``step``, ``loss``, ``global_batch_size``, ``workers`` and,
+        where measured, ``grad_sqr`` and ``grad_var``: |G|^2 and the per-sample tr(Sigma) of the
+        gradient) in one transaction; returns how many points were written."""
         now = _now()
         with self._tx() as conn:
             conn.executemany(
-                "INSERT INTO loss_points (run_id, created_at, model, step, loss, global_batch_size, workers) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, now, model, int(p["step"]), float(p["loss"]), int(p["global_batch_size"]), int(p["workers"]))
-                 for p in points])
+                "INSERT INTO loss_points (run_id, created_at, model, step, loss, global_batch_size, workers, grad_sqr, "
+                "grad_var) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, now, model, int(p["step"]), float(p["loss"]), int(p["global_batch_size"]), int(p["workers"]),
+                  p.get("grad_sqr"), p.get("grad_var")) for p in points])
         return len(points)
 
     def loss_points(self, *, model: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
         """Stored loss points as dicts (``id``, ``run_id``, ``created_at``, ``model``, ``step``,
-        ``loss``, ``global_batch_size``, ``workers``), oldest first; filtered by exact model name
+        ``loss``, ``global_batch_size``, ``workers``, ``grad_sqr``, ``grad_var``), oldest first; filtered by exact model name
         or run id. Values are what the file holds: readers validate them."""
         if not self._has_table("loss_points"):  # a read-only view of an older store
             return []

@@ -154,3 +154,116 @@ def test_plan_to_a_target_loss_uses_your_runs_curves(tmp_path, capsys, monkeypat
     assert [given["plan"][k] for k in ("groups", "prediction")] == [stored["plan"][k] for k in ("groups", "prediction")]
     code, out, err = run_cli(capsys, *args, "--no-from-store")
     assert code == 2 and "a run of this model by spottrain run" in err
+
+
+# --------------------------------------------------------------------------- gradient noise scale
+
+LINREG = '''
+import torch
+from spottrain.runtime import Trainer, TrainConfig
+
+N, D = 4096, 8
+g = torch.Generator().manual_seed(0)
+X = torch.randn(N, D, generator=g)
+y = X @ torch.linspace(-1.0, 1.0, D) + 0.5 * torch.randn(N, generator=g)
+
+
+class Data:
+    def __len__(self):
+        return N
+
+    def get_batch(self, idx):
+        return X[idx], y[idx]
+
+
+model = torch.nn.Linear(D, 1, bias=False)
+torch.nn.init.zeros_(model.weight)
+opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay at 0: one gradient distribution
+
+
+def loss_fn(m, batch):
+    x, t = batch
+    return ((m(x).squeeze(-1) - t) ** 2).mean()
+
+
+Trainer(model=model, optimizer=opt, dataset=Data(), loss_fn=loss_fn,
+        config=TrainConfig.from_env(steps=400, global_batch_size=64)).fit()
+'''
+
+
+def test_a_run_measures_the_gradient_noise_its_data_has(tmp_path):
+    """A real 3-worker run (shards of 22, 21, 21 samples of a global batch of 64) of a linear
+    regression whose per-sample gradients at its fixed weights are known: the stored |G|^2 and
+    tr(Sigma), averaged over the run's windows, are the data's, and so is its loss."""
+    import torch
+
+    (tmp_path / "linreg.py").write_text(LINREG)
+    env = {**os.environ, "SPOTTRAIN_DEVICE": "cpu", "SPOTTRAIN_STORE": str(tmp_path / "unused.db")}
+    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--workers", "3",
+                          "--steps", "400", "--global-batch", "64", "--checkpoint-every", "1000", "--job-id", "linreg",
+                          "--run-dir", str(tmp_path / "run"), "--store", str(tmp_path / "s.db"), "--",
+                          sys.executable, "linreg.py"], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    with Store(tmp_path / "s.db") as store:
+        points = store.loss_points(model="linreg")
+    assert len(points) == 400 // LOSS_EVERY and all(p["workers"] == 3 for p in points)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(4096, 8, generator=g)
+    y = X @ torch.linspace(-1.0, 1.0, 8) + 0.5 * torch.randn(4096, generator=g)
+    per_sample = -2.0 * X * y[:, None]  # d/dw (x.w - y)^2 at w = 0
+    G = per_sample.mean(0)
+    true_sqr, true_var = float(G @ G), float(((per_sample - G) ** 2).sum(1).mean())
+    sqr = sum(p["grad_sqr"] for p in points) / len(points)
+    var = sum(p["grad_var"] for p in points) / len(points)
+    assert sqr == pytest.approx(true_sqr, rel=0.15) and var == pytest.approx(true_var, rel=0.15)
+    assert sum(p["loss"] for p in points) / len(points) == pytest.approx(float((y ** 2).mean()), rel=0.05)
+    own = own_curves("linreg", store_path=tmp_path / "s.db")
+    (curve,) = own.curves
+    assert len(curve.noise_scale) == len(points)
+    assert curve.noise_scale[-1] == pytest.approx(true_var / true_sqr, rel=0.5)  # the last 5 windows' ratio
+
+
+def test_the_noise_scale_of_a_stored_curve_is_the_ratio_of_smoothed_parts(tmp_path):
+    path = tmp_path / "s.db"
+    sqr = [-1.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1.0, 1.0]  # synthetic: the first window's |G|^2 came out < 0
+    var = [10.0, 10.0, 20.0, 20.0, 40.0, 40.0, 40.0, 40.0]
+    with Store(path) as store:
+        store.add_loss_points("n", "resnet32", [{"step": 10 * (i + 1), "loss": 2.0 / (i + 1), "global_batch_size": 128,
+                                                 "workers": 2, "grad_sqr": s, "grad_var": v}
+                                                for i, (s, v) in enumerate(zip(sqr, var))])
+        store.add_loss_points("m", "vgg16", [{"step": 10 * (i + 1), "loss": 1.0 / (i + 1), "global_batch_size": 64,
+                                              "workers": 1} for i in range(4)])
+    (curve,) = own_curves("resnet32", store_path=path).curves
+    expect = []
+    for i in range(len(sqr)):
+        lo = max(0, i + 1 - 5)
+        s, v = sum(sqr[lo:i + 1]), sum(var[lo:i + 1])
+        expect.append(v / s if s > 0 else None)
+    assert expect[0] is None and curve.noise_scale[0] == pytest.approx(expect[1])  # the first later one
+    assert curve.noise_scale[1:] == pytest.approx(expect[1:])
+    assert own_curves("vgg16", store_path=path).curves[0].noise_scale is None  # one worker measures none
+
+
+def test_converge_carries_a_measured_noise_scale_to_other_batches(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "s.db"
+    # synthetic: a curve at global batch 128 with a noise scale of 256 samples throughout
+    points = [{"step": 50 * k, "loss": 2.0 / (1 + 0.1 * k), "global_batch_size": 128, "workers": 4, "grad_sqr": 1.0,
+               "grad_var": 256.0} for k in range(1, 41)]
+    with Store(path) as store:
+        store.add_loss_points("with-noise", "resnet32", points)
+        store.add_loss_points("without", "vgg16", [{k: v for k, v in p.items() if not k.startswith("grad")}
+                                                  for p in points])
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(path))
+    steps = {}
+    for model in ("resnet32", "vgg16"):
+        code, out, err = run_cli(capsys, "converge", "--model", model, "--target-loss", "0.5", "--global-batch", "128",
+                                 "--global-batch", "512", "--json")
+        assert code == 0, err
+        d = json.loads(out)
+        assert d["uses_noise_scale"] is (model == "resnet32")
+        steps[model] = [r["steps"] for r in d["predictions"]]
+    at_128, at_512 = steps["resnet32"]
+    # A step at 512 is worth (1 + 512/256) / (1 + 128/256) = 2x one at 128 with this noise scale:
+    # half the steps, where linear scaling says a quarter.
+    assert at_512 == pytest.approx(at_128 / 2, rel=0.02)
+    assert steps["vgg16"][0] == steps["vgg16"][1] == pytest.approx(at_128)  # without it: the steps stay (conservative)

@@ -257,6 +257,35 @@ def cli_own_runs(flag: bool | None, model: str | list[str], *, echo, cluster: Cl
 
 MIN_CURVE_POINTS = 3
 """Fewest loss points of one run (at one global batch) that make a curve."""
+NOISE_SMOOTHING = 5
+"""A point's gradient noise scale is the ratio of the means of ``grad_var`` and ``grad_sqr`` over
+it and the points before it, this many in all: one window's estimate of |G|^2 is noisy (it can
+come out negative), and the noise scale is the ratio of the two expectations, not the mean of
+the ratios (AdaptDL smooths both parts the same way before dividing)."""
+
+
+def _noise_scales(points: list[dict]) -> list[float] | None:
+    """The gradient noise scale (samples) at each of ``points`` (sorted by step) from their
+    ``grad_sqr`` and ``grad_var`` (see :data:`NOISE_SMOOTHING`); ``None`` unless every point has
+    both and at least one smoothed ratio is positive. A point whose smoothed ratio is not (an
+    early window where |G|^2 came out <= 0) takes the nearest earlier one, else the first later one."""
+    sqr = [p.get("grad_sqr") for p in points]
+    var = [p.get("grad_var") for p in points]
+    if not points or any(not isinstance(v, (int, float)) or not math.isfinite(v) for v in (*sqr, *var)):
+        return None
+    out: list[float | None] = []
+    for i in range(len(points)):
+        lo = max(0, i + 1 - NOISE_SMOOTHING)
+        s, v = sum(sqr[lo:i + 1]), sum(var[lo:i + 1])
+        out.append(v / s if s > 0 and v > 0 else None)
+    valid = [x for x in out if x is not None]
+    if not valid:
+        return None
+    filled, last = [], valid[0]
+    for x in out:
+        last = x if x is not None else last
+        filled.append(last)
+    return filled
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,8 +311,11 @@ class OwnCurves:
     def describe(self) -> str:
         batches = ", ".join(f"{c.batch_size:g}" for c in self.curves)
         points = sum(len(c.steps) for c in self.curves)
+        noise = sum(c.noise_scale is not None for c in self.curves)
+        measured = ("" if not noise else "; with the gradient noise scale they measured" if noise == len(self.curves)
+                    else f"; {noise} of them with the gradient noise scale they measured")
         return (f"training loss of your {len(self.runs)} run(s) in {self.store_path} (global batch {batches}; "
-                f"{points} points, each the chief's mean over a window of steps)")
+                f"{points} points, each the chief's mean over a window of steps{measured})")
 
 
 def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) -> OwnCurves:
@@ -310,6 +342,7 @@ def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) 
     for p in mine:
         by_run.setdefault(str(p["run_id"]), []).append(p)
     pooled: dict[int, list[tuple[float, float, str]]] = {}
+    noise: dict[int, list[tuple[float, float, str]] | None] = {}
     runs, skipped = [], []
     for run_id, pts in by_run.items():
         pts = sorted(pts, key=lambda p: p["step"])
@@ -322,10 +355,17 @@ def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) 
             continue
         runs.append(run_id)
         pooled.setdefault(batch, []).extend((float(p["step"]), float(p["loss"]), run_id) for p in first)
+        scales = _noise_scales(first)
+        if scales is None or noise.get(batch, []) is None:
+            noise[batch] = None  # every run of a batch measured it, or the curve has none
+        else:
+            noise.setdefault(batch, []).extend((float(p["step"]), x, run_id) for p, x in zip(first, scales))
     curves = []
     for batch in sorted(pooled):
         steps, losses = pool_runs(pooled[batch])
-        curves.append(LossCurve(steps=steps, losses=losses, batch_size=float(batch), workers=1, metric="loss"))
+        scales = noise.get(batch)
+        curves.append(LossCurve(steps=steps, losses=losses, batch_size=float(batch), workers=1, metric="loss",
+                                noise_scale=pool_runs(scales)[1] if scales else None))
     return OwnCurves(store_path=path, exists=True, curves=curves, runs=runs, skipped=skipped)
 
 

@@ -113,6 +113,9 @@ class TrainConfig:
     confirm_s: float = 5.0
     """How long a worker whose collective failed waits for the controller to confirm a membership
     change before treating the error as its own (and failing the job)."""
+    gradient_noise: int = 1
+    """1: measure the gradient noise scale through DDP's all-reduce (:class:`_GradientNoise`; the
+    run's loss curve then carries it); 0: DDP's built-in all-reduce, no hook."""
 
     @classmethod
     def from_env(cls, **defaults: Any) -> "TrainConfig":
@@ -230,6 +233,10 @@ class Trainer:
         self._loss_sum: torch.Tensor | None = None
         """Rank 0's summed shard losses since its last report (on the device: no sync per step)."""
         self._loss_steps = 0
+        self._noise: _GradientNoise | None = None
+        self._grad_sums: list[torch.Tensor] = []
+        """Rank 0's window sums of the shard's and the global batch's |g|^2 (see _GradientNoise)."""
+        self._grad_steps = 0
         self._last_ckpt_t = time.monotonic()
         self._last_ckpt_step = -1
         self._events = None
@@ -501,6 +508,10 @@ class Trainer:
         if dist.is_initialized():
             ids = [self.device.index] if self.device.type == "cuda" else None
             self._ddp = DDP(self.model, device_ids=ids, broadcast_buffers=False)
+            self._noise = None
+            if self.config.gradient_noise:
+                self._noise = _GradientNoise(record=self._rank == 0)
+                self._ddp.register_comm_hook(None, self._noise.hook)
             if self._elastic is not None:
                 with self._lock:  # the connections of this group, for _abort_group
                     self._group_socks = socket_inodes() - before
@@ -512,6 +523,7 @@ class Trainer:
         self._agreement = None
         self._progress_at = 0.0  # and tells the controller of it
         self._loss_sum, self._loss_steps = None, 0  # a window starts with the group
+        self._grad_sums, self._grad_steps = [], 0
         self._boundary_at = (self.step, time.monotonic())
         self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step, source=source,
                     form_s=time.time() - t0, wait_s=t_wait, init_s=t_init - t0 - t_wait,
@@ -623,9 +635,8 @@ class Trainer:
         self.step += 1
         if self._rank == 0:
             extra: dict[str, Any] = {} if sync_s is None else {"sync_time_s": round(sync_s, 6)}
-            loss_mean = self._window_loss(shard_loss)
-            if loss_mean is not None:
-                extra.update(loss=loss_mean, batch=batch_size)
+            grads = self._noise.take() if self._noise is not None and self._ddp is not None else None
+            extra.update(self._window_report(shard_loss, grads, len(mine), batch_size))
             self._event("step", step=self.step, gen=self._gen, world=self._world, **extra)
             now = time.monotonic()
             if self._elastic is not None and (now - self._progress_at >= PROGRESS_EVERY_S
@@ -633,19 +644,43 @@ class Trainer:
                 self._elastic.set("progress", self.step)
                 self._progress_at = now
 
-    def _window_loss(self, shard_loss: torch.Tensor | None) -> float | None:
-        """Add rank 0's shard loss of this step to its window; at the window's end (every
-        :data:`LOSS_EVERY` steps, and the last step) its mean, else ``None``. A loss that is not a
-        finite number is reported as none (a diverging run's curve stops there)."""
+    def _window_report(self, shard_loss: torch.Tensor | None, grads: tuple[torch.Tensor, torch.Tensor] | None,
+                       b: int, big: int) -> dict[str, Any]:
+        """Add this step to rank 0's window; at the window's end (every :data:`LOSS_EVERY` steps,
+        and the last step) what its step event reports, else ``{}``.
+
+        ``loss``: the mean of the step's shard losses over the window (none when it is not a
+        finite number: a diverging run's curve stops there), with the global ``batch``.
+        ``grad_sqr`` and ``grad_var``: |G|^2 and tr(Sigma) (per sample), the unbiased estimates
+        from the window's means of the shard's and the global batch's |g|^2
+        (:class:`_GradientNoise`; ``b`` samples in rank 0's shard, ``big`` in the global batch),
+        when every step of the window had them. Rank 0's shard gradient is its samples' mean
+        scaled by ``W b / B`` (the loss scale that makes the members' sum the global mean): it
+        is taken back to their mean first."""
         if shard_loss is not None and shard_loss.numel() == 1:
             value = shard_loss.reshape(()).float()
             self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
             self._loss_steps += 1
+            if grads is not None and 0 < b < big:
+                small = grads[0] * (big / (self._world * b)) ** 2
+                self._grad_sums = ([small, grads[1]] if not self._grad_sums
+                                   else [self._grad_sums[0] + small, self._grad_sums[1] + grads[1]])
+                self._grad_steps += 1
         if self._loss_steps == 0 or (self.step % LOSS_EVERY and self.step < self.config.steps):
-            return None
-        mean = float(self._loss_sum) / self._loss_steps  # type: ignore[arg-type]
-        self._loss_sum, self._loss_steps = None, 0
-        return round(mean, 6) if math.isfinite(mean) else None
+            return {}
+        n, mean = self._loss_steps, float(self._loss_sum) / self._loss_steps  # type: ignore[arg-type]
+        sums, n_grad = self._grad_sums, self._grad_steps
+        self._loss_sum, self._loss_steps, self._grad_sums, self._grad_steps = None, 0, [], 0
+        if not math.isfinite(mean):
+            return {}
+        out: dict[str, Any] = {"loss": round(mean, 6), "batch": big}
+        if sums and n_grad == n:
+            g_b, g_big = float(sums[0]) / n, float(sums[1]) / n
+            grad_sqr = (big * g_big - b * g_b) / (big - b)
+            grad_var = (g_b - g_big) / (1.0 / b - 1.0 / big)
+            if math.isfinite(grad_sqr) and math.isfinite(grad_var):
+                out.update(grad_sqr=float(f"{grad_sqr:.6g}"), grad_var=float(f"{grad_var:.6g}"))
+        return out
 
     def _fetch(self, indices: list[int]) -> Any:
         get_batch = getattr(self.dataset, "get_batch", None)
@@ -854,7 +889,7 @@ class _SyncTimer:
     buckets overlap the backward pass; what they add beyond it is in this wait too. That is the
     ``sync_time_s`` of the measurement table (what PyTorch DDP and AdaptDL time as the step's sync
     time) and what the run's measurement rows store (:mod:`spottrain.runtime.record`). The
-    collective itself is untouched: no communication hook is registered."""
+    collective is DDP's own all-reduce, issued by :class:`_GradientNoise`'s hook."""
 
     __slots__ = ("armed", "last_grad", "count")
 
@@ -880,6 +915,51 @@ class _SyncTimer:
         finally:
             self.armed = False
         return max(end - self.last_grad, 0.0) if self.last_grad else 0.0
+
+
+class _GradientNoise:
+    """The chief's gradient before and after the all-reduce, for the gradient noise scale.
+
+    A DDP communication hook on every member (the same all-reduce DDP runs by default: each
+    bucket divided by the world size and summed) that, on rank 0, also sums the squares of each
+    bucket before the all-reduce (its own shard's gradient, ``b`` samples) and after it (the
+    global batch's, ``B`` samples). Per step the two sums are ``|g_b|^2`` and ``|g_B|^2``, whose
+    expectations are ``|G|^2 + tr(Sigma)/b`` and ``|G|^2 + tr(Sigma)/B`` (McCandlish et al. 2018,
+    "An Empirical Model of Large-Batch Training", appendix A.1; AdaptDL measures them the same
+    way). :meth:`Trainer._window_report` turns a window's means into ``grad_sqr`` (|G|^2) and
+    ``grad_var`` (tr Sigma), whose ratio is the noise scale the batch-size model reads.
+    Nothing is read from the device per step: the sums stay tensors until the window ends."""
+
+    __slots__ = ("record", "small", "big")
+
+    def __init__(self, record: bool) -> None:
+        self.record = record
+        self.small: list[torch.Tensor] = []
+        self.big: list[torch.Tensor] = []
+
+    def hook(self, group, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations: none or the real types
+        buf = bucket.buffer()
+        if self.record:
+            self.small.append(buf.detach().float().square().sum())
+        buf.div_(dist.get_world_size(group))
+        fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+
+        def done(f: Any) -> torch.Tensor:
+            out = f.value()[0]
+            if self.record:
+                self.big.append(out.detach().float().square().sum())
+            return out
+
+        return fut.then(done)
+
+    def take(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """This step's (|g_b|^2, |g_B|^2), and start the next; ``None`` when it recorded none."""
+        if not self.small or len(self.small) != len(self.big):
+            self.small, self.big = [], []
+            return None
+        out = torch.stack(self.small).sum(), torch.stack(self.big).sum()
+        self.small, self.big = [], []
+        return out
 
 
 def _input_error_exit(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:

@@ -23,7 +23,8 @@ How a row is measured, from the chief's ``step`` events (``events-<worker>.jsonl
 
 It also leaves the run's training-loss curve (the store's ``loss_points``): the chief's mean loss
 over each window of :data:`~spottrain.runtime.api.LOSS_EVERY` steps, as its step events carry it,
-with the global batch of that step. A step trained twice (a restart from a checkpoint repeats the
+with the global batch of that step and, from a group of two or more, the gradient's |G|^2 and
+tr(Sigma) (``grad_sqr``, ``grad_var``: the gradient noise scale's parts). A step trained twice (a restart from a checkpoint repeats the
 steps after it) keeps its later loss. Any device's run gives one: steps to a loss do not depend on
 the hardware, so a CPU run's curve serves ``converge`` as well as a GPU run's.
 """
@@ -179,15 +180,19 @@ def measurement_rows(worker_events: list[dict[str, Any]], setup: RunSetup) -> li
 
 
 def loss_points(worker_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The run's loss curve: ``{"step", "loss", "global_batch_size", "workers"}`` per step event
+    """The run's loss curve: ``{"step", "loss", "global_batch_size", "workers"[, "grad_sqr", "grad_var"]}`` per step event
     that carries a loss (see the module docstring), by step; a repeated step keeps its later report."""
     by_step: dict[int, dict[str, Any]] = {}
     for ev in sorted((e for e in worker_events if e.get("kind") == "step"), key=lambda e: e.get("t", 0.0)):
         loss, batch = ev.get("loss"), ev.get("batch")
         if not isinstance(loss, (int, float)) or not math.isfinite(loss) or not isinstance(batch, int) or batch < 1:
             continue
-        by_step[int(ev["step"])] = {"step": int(ev["step"]), "loss": float(loss), "global_batch_size": batch,
-                                    "workers": int(ev.get("world", 1))}
+        point = {"step": int(ev["step"]), "loss": float(loss), "global_batch_size": batch,
+                 "workers": int(ev.get("world", 1))}
+        sqr, var = ev.get("grad_sqr"), ev.get("grad_var")
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (sqr, var)):
+            point.update(grad_sqr=float(sqr), grad_var=float(var))
+        by_step[int(ev["step"])] = point
     return [by_step[k] for k in sorted(by_step)]
 
 
