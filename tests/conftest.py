@@ -21,7 +21,7 @@ def _private_store(tmp_path_factory, monkeypatch):
 # ``pytest -n`` they run one after another on one worker (as without -n), so their liveness
 # deadlines and fixed namespace names never meet another such test; the rest spreads over the
 # other workers.
-_PROCESS_MODULES = ("test_runtime_", "test_own_runs", "test_readme_steps", "test_layers", "test_policies_registry")
+_PROCESS_MODULES = ("test_runtime_", "test_own_runs", "test_own_curves", "test_readme_steps", "test_layers", "test_policies_registry")
 
 
 def pytest_collection_modifyitems(config, items):

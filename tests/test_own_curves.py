@@ -9,24 +9,13 @@ import sys
 
 import pytest
 
-from spottrain.cli.main import main
 from spottrain.perf.convergence import first_crossing
 from spottrain.perf.own_runs import own_curves
 from spottrain.runtime.api import LOSS_EVERY
 from spottrain.runtime.record import loss_points
 from spottrain.runtime.summary import read_worker_events
 from spottrain.store import Store
-
-
-def run_cli(capsys, *args):
-    """(exit code, stdout, stderr) of the console entry point."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from test_own_runs import run_cli
 
 
 @pytest.fixture(scope="module")
