@@ -256,3 +256,31 @@ def test_converge_carries_a_measured_noise_scale_to_other_batches(tmp_path, caps
     # half the steps, where linear scaling says a quarter.
     assert at_512 == pytest.approx(at_128 / 2, rel=0.02)
     assert steps["vgg16"][0] == steps["vgg16"][1] == pytest.approx(at_128)  # without it: the steps stay (conservative)
+
+
+def test_a_store_edited_or_broken_by_hand_is_a_note_not_a_crash(tmp_path, capsys, monkeypatch):
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    points = [{"step": 10 * k, "loss": 2.0 / k, "global_batch_size": 64, "workers": 2} for k in range(1, 7)]
+    with Store(path) as store:  # synthetic curve
+        store.add_loss_points("r", "resnet32", points)
+    conn = sqlite3.connect(path)
+    with conn:  # SQLite keeps what it is given: text in a number column, a negative batch
+        conn.execute("UPDATE loss_points SET loss = 'nan-ish' WHERE step = 20")
+        conn.execute("UPDATE loss_points SET step = 'ten' WHERE step = 30")
+        conn.execute("UPDATE loss_points SET global_batch_size = -4 WHERE step = 40")
+    conn.close()
+    own = own_curves("resnet32", store_path=path)
+    assert [c.steps for c in own.curves] == [(10.0, 50.0, 60.0)]
+    assert sorted(line.split(": column ")[1] for line in own.skipped) == [
+        "global_batch_size: expected a whole number >= 1, got -4",
+        "loss: expected a finite number >= 0, got 'nan-ish'",
+        "step: expected a whole number >= 0, got 'ten'"]
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(path))
+    code, out, err = run_cli(capsys, "converge", "--model", "resnet32", "--target-loss", "0.5", "--json")
+    assert code == 0 and err.count("skipped: column") == 3 and json.loads(out)["predictions"]
+    # The file cut short: a warning and the user error of no curves, no traceback.
+    path.write_bytes(path.read_bytes()[:600])
+    code, out, err = run_cli(capsys, "converge", "--model", "resnet32", "--target-loss", "0.5")
+    assert code == 2 and "store not read" in err and "Traceback" not in err

@@ -318,12 +318,31 @@ class OwnCurves:
                 f"{points} points, each the chief's mean over a window of steps{measured})")
 
 
+def _bad_point(p: dict) -> tuple[str, str] | None:
+    """(column, what was expected) of the first unusable value of a stored loss point, else ``None``."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not (isinstance(p.get("step"), int) and p["step"] >= 0):
+        return "step", "a whole number >= 0"
+    if not (number(p.get("loss")) and p["loss"] >= 0):
+        return "loss", "a finite number >= 0"
+    if not (isinstance(p.get("global_batch_size"), int) and p["global_batch_size"] >= 1):
+        return "global_batch_size", "a whole number >= 1"
+    for col in ("grad_sqr", "grad_var"):
+        if p.get(col) is not None and not number(p[col]):
+            return col, "a finite number or nothing"
+    return None
+
+
 def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) -> OwnCurves:
     """The loss curves ``spottrain run`` stored for ``model`` (its name as the run recorded it, or
     a zoo alias of it). Each run gives the points of its first global batch (a run whose global
     batch changed, ``--rescale scale-lr`` after a revocation, stops there: its later steps are
-    another batch's); a point that is not a finite loss >= 0 is dropped, and a run with fewer
-    than :data:`MIN_CURVE_POINTS` points left gives no curve (said in ``skipped``)."""
+    another batch's); a point with an unusable value (a step, loss or batch that is not a number
+    of its kind: a store edited by hand) is left out, and a run with fewer than
+    :data:`MIN_CURVE_POINTS` points left gives no curve, each said in ``skipped`` (id, run and
+    column). A store that cannot be read is a ``skipped`` line too, never an exception."""
     from spottrain.perf.convergence import LossCurve, pool_runs  # lazy: scipy
 
     path = store_location(store_path)
@@ -332,24 +351,31 @@ def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) 
     try:
         with Store(path, read_only=True) as store:
             points = store.loss_points()
-    except (SpottrainError, OSError) as exc:
+    except SpottrainError as exc:  # a newer schema, a file that is not a store
         return OwnCurves(store_path=path, exists=True, skipped=[f"store not read: {exc}"])
+    except Exception as exc:  # noqa: BLE001 - e.g. a store locked or corrupted mid-file
+        return OwnCurves(store_path=path, exists=True, skipped=[f"store not read: {path}: {exc}"])
     key = _model_key(model)
-    mine = [p for p in points if _model_key(str(p["model"])) == key]
+    mine = [p for p in points if _model_key(str(p.get("model"))) == key]
     if not mine:
-        return OwnCurves(store_path=path, exists=True, other_models=sorted({str(p["model"]) for p in points}))
+        return OwnCurves(store_path=path, exists=True, other_models=sorted({str(p.get("model")) for p in points}))
     by_run: dict[str, list[dict]] = {}
+    skipped = []
     for p in mine:
+        bad = _bad_point(p)
+        if bad is not None:
+            skipped.append(f"stored loss point {p.get('id')} (run {p.get('run_id')}) skipped: column {bad[0]}: "
+                           f"expected {bad[1]}, got {p.get(bad[0])!r}")
+            continue
         by_run.setdefault(str(p["run_id"]), []).append(p)
     pooled: dict[int, list[tuple[float, float, str]]] = {}
     noise: dict[int, list[tuple[float, float, str]] | None] = {}
-    runs, skipped = [], []
+    runs = []
     for run_id, pts in by_run.items():
         pts = sorted(pts, key=lambda p: p["step"])
         batch = pts[0]["global_batch_size"]
-        first = [p for p in pts[:next((i for i, p in enumerate(pts) if p["global_batch_size"] != batch), len(pts))]
-                 if isinstance(p["loss"], (int, float)) and math.isfinite(p["loss"]) and p["loss"] >= 0]
-        if not isinstance(batch, int) or batch < 1 or len(first) < MIN_CURVE_POINTS:
+        first = pts[:next((i for i, p in enumerate(pts) if p["global_batch_size"] != batch), len(pts))]
+        if len(first) < MIN_CURVE_POINTS:
             skipped.append(f"run {run_id}: {len(first)} usable loss point(s) at its first global batch "
                            f"{batch}, fewer than {MIN_CURVE_POINTS}")
             continue
