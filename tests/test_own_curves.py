@@ -28,10 +28,14 @@ def mlp_run(tmp_path_factory):
                           "--job-id", "curve-run", "--run-dir", str(root / "run")],
                          capture_output=True, text=True, env=env, timeout=300, cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
+    (root / "stderr.txt").write_text(out.stderr + out.stdout)
     return root
 
 
 def test_a_real_run_stores_the_chiefs_loss_every_window(mlp_run):
+    said = (mlp_run / "stderr.txt").read_text()
+    assert (f"recorded in {mlp_run / 's.db'}: 1 measured row (1xcpu:2) and a training-loss curve of 6 points with "
+            "the gradient noise scale (spottrain converge --model example-mlp reads it)") in said
     with Store(mlp_run / "s.db") as store:
         points = store.loss_points(model="example-mlp")
     assert [p["step"] for p in points] == list(range(LOSS_EVERY, 61, LOSS_EVERY))

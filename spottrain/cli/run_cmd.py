@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spottrain.errors import InputError
-from spottrain.units import format_interval, parse_duration_s
+from spottrain.units import format_interval, parse_duration_s, plural
 
 # lazy: cli.main loads every command module at start-up, so what only this command needs (the
 # models, the simulator, the runtime, rich.progress) is imported inside its functions
@@ -310,21 +310,46 @@ def _launch_local(job: Any, request: _Request, *, checkpoints: str) -> Any:
 
 def _report_local(summary: Any, request: _Request, plan: Any, job: Any) -> None:
     """Store the run record, print the summary (a table, or JSON with --json) and exit 1 on a failure."""
+    where = setup = None
     if not request.no_record:
         from spottrain.runtime.record import local_setup, record_run
 
-        record_run(summary, _EVENTS, store_path=str(request.store) if request.store else None,
-                   plan=plan.to_dict() if plan else None, backend="local",
-                   setup=local_setup(job, example=request.example, plan=plan))
+        setup = local_setup(job, example=request.example, plan=plan)
+        where = record_run(summary, _EVENTS, store_path=str(request.store) if request.store else None,
+                           plan=plan.to_dict() if plan else None, backend="local", setup=setup)
     if request.as_json:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         _render(summary)
+    if where is not None and setup is not None:
+        _say_recorded(where, summary.job_id, setup.model)
     if not summary.ok:
         if not request.as_json:
             err.print(f"resume: run the same command with --job-id {job.job_id} (checkpoints in "
                       f"{_checkpoint_dir(request, job.job_id)})", highlight=False)
         raise typer.Exit(1)
+
+
+def _say_recorded(where: str, job_id: str, model: str) -> None:
+    """One line on stderr: what the run left in the store for ``predict``, ``plan`` and ``converge``."""
+    from spottrain.store import Store
+
+    try:
+        with Store(where, read_only=True) as store:
+            rows = store.measurements(run_id=job_id)
+            points = store.loss_points(run_id=job_id)
+    except Exception:  # noqa: BLE001 - the summary matters more than this line
+        return
+    if not rows and not points:
+        return
+    parts = []
+    if rows:
+        parts.append(f"{plural(len(rows), 'measured row')} ({', '.join(str(r['cluster']) for r in rows)})")
+    if points:
+        noise = " with the gradient noise scale" if all(p["grad_sqr"] is not None for p in points) else ""
+        parts.append(f"a training-loss curve of {plural(len(points), 'point')}{noise} "
+                     f"(spottrain converge --model {model} reads it)")
+    err.print(f"recorded in {where}: {' and '.join(parts)}", highlight=False, soft_wrap=True)
 
 
 def _local_market(plan: Any, n: int, delay_s: float) -> dict[str, Any]:
