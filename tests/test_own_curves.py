@@ -216,6 +216,24 @@ def test_a_run_measures_the_gradient_noise_its_data_has(tmp_path):
     assert curve.noise_scale[-1] == pytest.approx(true_var / true_sqr, rel=0.5)  # the last 5 windows' ratio
 
 
+def test_gradient_noise_off_runs_ddps_own_all_reduce_and_stores_the_loss_alone(tmp_path, mlp_run):
+    env = {**os.environ, "SPOTTRAIN_DEVICE": "cpu", "SPOTTRAIN_GRADIENT_NOISE": "0"}
+    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--example", "mlp",
+                          "--workers", "2", "--steps", "30", "--global-batch", "64", "--job-id", "quiet",
+                          "--run-dir", str(tmp_path / "run"), "--store", str(tmp_path / "s.db")],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "a training-loss curve of 3 points (spottrain converge" in out.stderr
+    with Store(tmp_path / "s.db") as store:
+        points = store.loss_points()
+    assert len(points) == 3 and all(p["grad_sqr"] is None and p["grad_var"] is None for p in points)
+    assert own_curves("example-mlp", store_path=tmp_path / "s.db").curves[0].noise_scale is None
+    # The hook's all-reduce is DDP's own: the same seed trains to the same losses with it and without.
+    with Store(mlp_run / "s.db") as store:
+        hooked = store.loss_points(model="example-mlp")[:3]
+    assert [p["loss"] for p in points] == [p["loss"] for p in hooked]
+
+
 def test_the_noise_scale_of_a_stored_curve_is_the_ratio_of_smoothed_parts(tmp_path):
     path = tmp_path / "s.db"
     sqr = [-1.0, 2.0, 2.0, 4.0, 1.0, 1.0, 1.0, 1.0]  # synthetic: the first window's |G|^2 came out < 0
