@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from spottrain.perf.convergence import first_crossing
-from spottrain.perf.own_runs import own_curves
+from spottrain.perf.own_runs import NOISE_SMOOTHING, own_curves
 from spottrain.runtime.api import LOSS_EVERY
 from spottrain.runtime.record import loss_points
 from spottrain.runtime.summary import read_worker_events
@@ -213,7 +213,7 @@ def test_a_run_measures_the_gradient_noise_its_data_has(tmp_path):
     own = own_curves("linreg", store_path=tmp_path / "s.db")
     (curve,) = own.curves
     assert len(curve.noise_scale) == len(points)
-    assert curve.noise_scale[-1] == pytest.approx(true_var / true_sqr, rel=0.5)  # the last 5 windows' ratio
+    assert curve.noise_scale[-1] == pytest.approx(true_var / true_sqr, rel=0.5)  # the last 20 windows' ratio
 
 
 def test_gradient_noise_off_runs_ddps_own_all_reduce_and_stores_the_loss_alone(tmp_path, mlp_run):
@@ -247,7 +247,7 @@ def test_the_noise_scale_of_a_stored_curve_is_the_ratio_of_smoothed_parts(tmp_pa
     (curve,) = own_curves("resnet32", store_path=path).curves
     expect = []
     for i in range(len(sqr)):
-        lo = max(0, i + 1 - 5)
+        lo = max(0, i + 1 - NOISE_SMOOTHING)
         s, v = sum(sqr[lo:i + 1]), sum(var[lo:i + 1])
         expect.append(v / s if s > 0 else None)
     assert expect[0] is None and curve.noise_scale[0] == pytest.approx(expect[1])  # the first later one
