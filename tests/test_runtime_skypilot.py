@@ -248,6 +248,33 @@ def test_a_revoked_spot_node_is_replaced_on_its_own_market_and_the_job_completes
     members = [e["members"] for e in result.events if e["kind"] == "membership"]
     assert members[0] == ["g0-n0", "g0-n1", "g1-n0"] and "g0-n2" in members[-1] and "g0-n1" not in members[-1]
     assert all(provider.nodes[n].proc.poll() is not None for n in provider.nodes)  # no process left
+    # The chief's window reports came back through the controller's store (the nodes' event files
+    # stay on the nodes on a cloud), through the revocation and the re-formations.
+    steps = [r["step"] for r in result.reports]
+    assert steps[-1] == 200 and len(set(steps)) >= 15 and all(s % 10 == 0 for s in steps)
+    assert {r["world"] for r in result.reports} >= {2, 3} and all(r["loss"] >= 0 for r in result.reports)
+    from spottrain.runtime.record import RunSetup, record_fleet_run
+    from spottrain.store import Store
+
+    path = record_fleet_run("j1", result, plan=None, setup=RunSetup(model="example-mlp", global_batch_size=64,
+                                                                    gpu="cpu"), store_path=str(tmp_path / "s.db"))
+    with Store(path) as store:
+        assert store.get_run("j1").status == "completed"
+        points = store.loss_points(run_id="j1")
+        rows = store.measurements(run_id="j1")
+    assert [p["step"] for p in points] == sorted(set(steps))
+    assert {r["workers"] for r in rows} <= {2, 3} and rows and all(r["cluster"] == f"{r['workers']}xcpu" for r in rows)
+    # every forward pass sleeps 0.1 s (the pace): no steady step is shorter
+    # per world size: the median step time of its windows, each generation's first window left out
+    for row in rows:
+        gens = sorted({r["gen"] for r in result.reports if r["world"] == row["workers"]})
+        windows = [r["window_s"] / r["window_steps"] for g in gens
+                   for r in [x for x in result.reports if x["gen"] == g][1:]]
+        import statistics
+
+        kept = [w for w in windows if w <= 3.0 * statistics.median(windows)]  # a stall is not a step
+        assert row["step_time_s"] == pytest.approx(statistics.median(kept))
+        assert row["throughput"] == pytest.approx(64 / row["step_time_s"])
 
 
 def test_a_node_released_before_the_last_step_is_given_back_when_it_leaves_after_it() -> None:
@@ -562,3 +589,44 @@ def test_a_node_failing_on_the_users_input_stops_the_fleet_without_a_replacement
     assert not [d for d in result.decisions if d["event"] == "revoked"]
     assert any(node.proc.returncode == EXIT_INPUT for node in provider.nodes.values())
     assert all(node.proc.poll() is not None for node in provider.nodes.values())
+
+
+@pytest.mark.parametrize("groups, cluster", [((_group(count=2),), "2xV100"), (MIXED, None)])
+def test_a_cloud_run_is_recorded_from_the_reports_its_controller_gathered(tmp_path: Path, monkeypatch, capsys,
+                                                                           groups, cluster) -> None:
+    """`spottrain run --backend skypilot` (elastic) stores what the chief reported through the
+    controller: the run, its loss curve, and a measured row on the plan's GPU (none when the plan
+    mixes GPU types: the reports do not say which node trained when). SkyPilot itself is replaced
+    by a stand-in that returns the fleet's result with synthetic reports."""
+    from spottrain.cli.main import main
+    from spottrain.runtime import sky_job
+    from spottrain.runtime.fleet import FleetResult
+    from spottrain.store import Store
+
+    reports = [{"kind": "step", "t": 100.0 + k, "step": 10 * k, "gen": 0, "world": 2, "loss": 2.0 / k, "batch": 128,
+                "window_steps": 10, "window_s": 2.0 if k == 1 else 0.5, "grad_sqr": 1.0, "grad_var": 64.0}
+               for k in range(1, 9)]
+    monkeypatch.setattr(sky_job, "run", lambda job, on_event=None: FleetResult(
+        ok=True, steps_done=80, events=[{"time_s": 0.0, "kind": "start"}], decisions=[], reports=reports))
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(tmp_path / "s.db"))
+    try:
+        main(["run", "--backend", "skypilot", "--plan", str(_save(_plan(*groups), tmp_path)), "--controller",
+              "127.0.0.1:29431", "--example", "mlp", "--global-batch", "128", "--job-id", "cloud-1"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    err = capsys.readouterr().err
+    assert code == 0, err
+    with Store(tmp_path / "s.db") as store:
+        assert store.get_run("cloud-1").status == "completed"
+        points = store.loss_points(run_id="cloud-1")
+        rows = store.measurements(run_id="cloud-1")
+    assert [p["step"] for p in points] == [10 * k for k in range(1, 9)] and points[0]["grad_var"] == 64.0
+    if cluster is None:
+        assert rows == [] and "a training-loss curve of 8 points with the gradient noise scale" in err
+    else:
+        (row,) = rows  # the first window (2 s: warm-up) left out; 7 windows of 0.05 s a step
+        assert (row["cluster"], row["batch_size"], row["steps"]) == (cluster, 64, 70)
+        assert row["throughput"] == pytest.approx(128 / 0.05) and row["network_gbps"] == 10.0
+        assert row["flops_per_sample"] > 0 and row["source"] == "spottrain run --backend skypilot"
+        assert f"recorded in {tmp_path / 's.db'}: 1 measured row ({cluster}) and a training-loss curve" in err

@@ -531,14 +531,45 @@ def _skypilot_elastic(request: _Request, plan: Any, command: list[str], job_id: 
             sys.stdout.write(sky_job.render_dry_run(result))
         return
     result = sky_job.run(job, on_event=_sky_events(bucket=request.bucket, quiet=request.as_json))
+    where = setup = None
+    if not request.no_record:
+        from spottrain.runtime.record import record_fleet_run
+
+        setup = _fleet_setup(plan, settings, request.example)
+        where = record_fleet_run(job_id, result, plan=plan.to_dict(), setup=setup,
+                                 store_path=str(request.store) if request.store else None)
     if request.as_json:
         print(json.dumps({"ok": result.ok, "steps": result.steps_done, "failure": result.failure,
                           "decisions": result.decisions}, indent=2))
     else:
         err.print(f"job {job_id}: {'completed' if result.ok else 'FAILED'} at step {result.steps_done}"
                   + (f" ({result.failure})" if result.failure else ""), highlight=False)
+    if where is not None and setup is not None:
+        _say_recorded(where, job_id, setup.model)
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None) -> Any:
+    """What a cloud run's measurement rows describe: the plan's workload on its GPU (one worker per
+    node). Plan groups of different GPU types give no GPU (a loss curve only: which node trained
+    at which world size is not in the reports)."""
+    from spottrain.runtime.record import RunSetup
+
+    gpus = {g.gpu for g in plan.groups}
+    gpu = next(iter(gpus)) if len(gpus) == 1 and next(iter(gpus)).lower() != "cpu" else ""
+    w = plan.workload
+    model, flops, params, tensors = w.model, w.flops_per_sample, w.param_count, None
+    if example:
+        from spottrain.runtime.examples import get_example
+        from spottrain.runtime.record import _example_figures
+
+        model = f"example-{example}"
+        flops, params, tensors = _example_figures(get_example(example))
+    nets = {g.network_gbps for g in plan.groups}
+    return RunSetup(model=model, global_batch_size=int(settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE") or 0), gpu=gpu,
+                    flops_per_sample=flops, param_count=params, tensor_count=tensors,
+                    network_gbps=nets.pop() if len(nets) == 1 else None, source="spottrain run --backend skypilot")
 
 
 def _sky_events(*, bucket: str | None, quiet: bool) -> Any:

@@ -237,6 +237,7 @@ class Trainer:
         self._grad_sums: list[torch.Tensor] = []
         """Rank 0's window sums of the shard's and the global batch's |g|^2 (see _GradientNoise)."""
         self._grad_steps = 0
+        self._window_t0 = time.monotonic()
         self._last_ckpt_t = time.monotonic()
         self._last_ckpt_step = -1
         self._events = None
@@ -524,6 +525,7 @@ class Trainer:
         self._progress_at = 0.0  # and tells the controller of it
         self._loss_sum, self._loss_steps = None, 0  # a window starts with the group
         self._grad_sums, self._grad_steps = [], 0
+        self._window_t0 = time.monotonic()
         self._boundary_at = (self.step, time.monotonic())
         self._event("gen", gen=self._gen, rank=self._rank, world=self._world, step=self.step, source=source,
                     form_s=time.time() - t0, wait_s=t_wait, init_s=t_init - t0 - t_wait,
@@ -636,8 +638,11 @@ class Trainer:
         if self._rank == 0:
             extra: dict[str, Any] = {} if sync_s is None else {"sync_time_s": round(sync_s, 6)}
             grads = self._noise.take() if self._noise is not None and self._ddp is not None else None
-            extra.update(self._window_report(shard_loss, grads, len(mine), batch_size))
+            window = self._window_report(shard_loss, grads, len(mine), batch_size)
+            extra.update(window)
             self._event("step", step=self.step, gen=self._gen, world=self._world, **extra)
+            if window and self._elastic is not None:
+                self._post_window(window)
             now = time.monotonic()
             if self._elastic is not None and (now - self._progress_at >= PROGRESS_EVERY_S
                                               or self.step >= self.config.steps):
@@ -671,9 +676,12 @@ class Trainer:
         n, mean = self._loss_steps, float(self._loss_sum) / self._loss_steps  # type: ignore[arg-type]
         sums, n_grad = self._grad_sums, self._grad_steps
         self._loss_sum, self._loss_steps, self._grad_sums, self._grad_steps = None, 0, [], 0
+        now = time.monotonic()
+        window_s, self._window_t0 = now - self._window_t0, now
         if not math.isfinite(mean):
             return {}
-        out: dict[str, Any] = {"loss": round(mean, 6), "batch": big}
+        out: dict[str, Any] = {"loss": round(mean, 6), "batch": big, "window_steps": n,
+                               "window_s": round(window_s, 6)}
         if sums and n_grad == n:
             g_b, g_big = float(sums[0]) / n, float(sums[1]) / n
             grad_sqr = (big * g_big - b * g_b) / (big - b)
@@ -681,6 +689,17 @@ class Trainer:
             if math.isfinite(grad_sqr) and math.isfinite(grad_var):
                 out.update(grad_sqr=float(f"{grad_sqr:.6g}"), grad_var=float(f"{grad_var:.6g}"))
         return out
+
+    def _post_window(self, window: dict[str, Any]) -> None:
+        """Give rank 0's window report to the controller too (``report/<n>`` in its store): on a
+        cloud the workers' event files stay on the nodes, and the controller records the run
+        from these (:func:`spottrain.runtime.record.window_rows`). A store that fails here is the
+        controller's loss, which the next agreement handles: the report is dropped, not raised."""
+        try:
+            self._elastic.report({"kind": "step", "t": time.time(), "step": self.step, "gen": self._gen,  # type: ignore[union-attr]
+                                  "world": self._world, **window})
+        except Exception as exc:  # noqa: BLE001 - a report never stops training
+            log.debug("window report not delivered: %s", exc)
 
     def _fetch(self, indices: list[int]) -> Any:
         get_batch = getattr(self.dataset, "get_batch", None)

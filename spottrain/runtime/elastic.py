@@ -72,6 +72,12 @@ class ElasticClient:
             return None
         return json.loads(self.store.get(key))
 
+    def report(self, value: Any) -> None:
+        """Append ``value`` to the controller's reports (``reports`` counts them, ``report/<n>``
+        holds the n-th): :meth:`MembershipPublisher.reports` reads them back."""
+        n = self.store.add("reports", 1)
+        self.set(f"report/{n}", value)
+
     def register(self) -> None:
         self.set(f"ready/{self.worker_id}", time.time())
 

@@ -99,6 +99,9 @@ class FleetResult:
     failure: str | None = None
     input_error: str | None = None
     """The one-line message of a worker that failed on the user's input (the job stopped there)."""
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    """The chief's window reports (loss, gradient noise, window time; ``Trainer._post_window``),
+    in order: what the run measured, for the store (:func:`spottrain.runtime.record.record_fleet_run`)."""
 
 
 @dataclass(kw_only=True)
@@ -335,8 +338,14 @@ class FleetController(MembershipPublisher):
             self.provider.shutdown()
             self.liveness.close()
             self.record("stop", failed=self.failed)
+        try:
+            reports = self.reports()
+        except Exception as exc:  # noqa: BLE001 - the run's result matters more than its measurements
+            self.record("reports-lost", error=str(exc))
+            reports = []
         return FleetResult(ok=self.finished and self.failed is None, steps_done=self.progress(), events=self.events,
-                           decisions=self.decisions, failure=self.failed, input_error=self.input_error)
+                           decisions=self.decisions, failure=self.failed, input_error=self.input_error,
+                           reports=reports)
 
     def _step(self) -> bool:
         now = self.now()

@@ -30,6 +30,17 @@ class MembershipPublisher:
     def record(self, kind: str, **data: Any) -> None:  # pragma: no cover - provided by the controller
         raise NotImplementedError
 
+    def reports(self) -> list[dict[str, Any]]:
+        """The workers' reports (:meth:`~spottrain.runtime.elastic.ElasticClient.report`) in the
+        order they were made; one not yet written (a worker cut off between count and value) is
+        skipped."""
+        out = []
+        for n in range(1, int(self.store.add("reports", 0)) + 1):
+            key = f"report/{n}"
+            if self.store.check([key]):
+                out.append(json.loads(self.store.get(key)))
+        return out
+
     def publish(self, members: list[str], *, abort: bool = False) -> None:
         """Generation ``gen + 1`` is ``members`` (rank = position)."""
         self.gen += 1

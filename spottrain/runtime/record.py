@@ -196,6 +196,75 @@ def loss_points(worker_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_step[k] for k in sorted(by_step)]
 
 
+def window_rows(reports: list[dict[str, Any]], setup: RunSetup) -> list[dict[str, Any]]:
+    """Measurement rows from the chief's window reports (a cloud run, whose per-step events stay
+    on its nodes): per world size, the median step time of its windows (``window_s`` /
+    ``window_steps``), leaving out each generation's first window (warm-up: the allocator, cuDNN,
+    DDP's buckets) and any window holding a stall (over :data:`STALL_FACTOR` x the median: a
+    blocking checkpoint). The median of whole windows, not of single steps: coarser than
+    :func:`measurement_rows`, and as robust to the odd slow window. A world size needs
+    :data:`MIN_STEADY_STEPS` such steps; one row each, the cluster ``<world>x<gpu>`` (one worker
+    per node)."""
+    by_world: dict[int, list[tuple[float, int, int]]] = {}
+    first_of_gen: set[int] = set()
+    for r in sorted(reports, key=lambda r: (r.get("t", 0.0))):
+        steps, secs, world, batch = r.get("window_steps"), r.get("window_s"), r.get("world"), r.get("batch")
+        if not (isinstance(steps, int) and steps > 0 and isinstance(secs, (int, float)) and secs > 0
+                and isinstance(world, int) and world > 0 and isinstance(batch, int) and batch > 0):
+            continue
+        gen = r.get("gen")
+        if gen not in first_of_gen:
+            first_of_gen.add(gen)
+            continue
+        by_world.setdefault(world, []).append((secs / steps, steps, batch))
+    rows = []
+    for world, windows in sorted(by_world.items()):
+        median = statistics.median(w[0] for w in windows)
+        kept = [w for w in windows if w[0] <= STALL_FACTOR * median]
+        if sum(w[1] for w in kept) < MIN_STEADY_STEPS:
+            continue
+        step_s = statistics.median(w[0] for w in kept)
+        batch = statistics.median_low(w[2] for w in kept)
+        rows.append({
+            "model": setup.model, "batch_size": max(batch // world, 1), "cluster": f"{world}x{setup.gpu}",
+            "gpu": setup.gpu, "workers": world, "ps": 0, "sync": "sync", "throughput": batch / step_s,
+            "step_time_s": step_s, "sync_time_s": None, "steps": sum(w[1] for w in kept),
+            "warmup_steps": sum(w[1] for w in windows) - sum(w[1] for w in kept), "network_gbps": setup.network_gbps,
+            "flops_per_sample": setup.flops_per_sample, "param_count": setup.param_count,
+            "precision": setup.precision, "tensor_count": setup.tensor_count, "source": setup.source,
+        })
+    return rows
+
+
+def record_fleet_run(job_id: str, result: Any, *, plan: dict[str, Any] | None, setup: RunSetup | None,
+                     store_path: str | None = None) -> str | None:
+    """Store a cloud run (``spottrain run --backend skypilot``: :class:`~spottrain.runtime.fleet.FleetResult`):
+    its record and controller events, and from the chief's window reports its loss curve and, given
+    a ``setup`` whose GPU is known, its measurement rows. Returns the store path, or ``None`` when
+    it could not be written (a record never fails the run)."""
+    try:
+        from spottrain.store import Store
+
+        with Store(store_path) as store:
+            store.record_run(job_id, status="completed" if result.ok else "failed", plan=plan,
+                             meta={"backend": "skypilot", "steps": result.steps_done, "failure": result.failure})
+            for ev in result.events:
+                if ev.get("kind") in _KEEP:
+                    store.record_event(job_id, ev["kind"], time_s=ev.get("time_s"),
+                                       data={k: v for k, v in ev.items() if k not in ("time_s", "kind")})
+            if setup is not None:
+                rows = window_rows(result.reports, setup) if setup.gpu else []
+                if rows:
+                    store.add_measurements(job_id, rows)
+                points = loss_points(result.reports)
+                if points:
+                    store.add_loss_points(job_id, setup.model, points)
+            return str(store.path)
+    except Exception as exc:  # noqa: BLE001 - a record must never fail the run
+        log.warning("could not write the run record: %s", exc)
+        return None
+
+
 def local_setup(job: Any, *, example: str | None = None, plan: Any = None) -> RunSetup | None:
     """The :class:`RunSetup` of a local job, or ``None`` (see :func:`_local_setup`); never raises:
     a run that trained is not failed by its record."""
