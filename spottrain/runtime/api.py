@@ -628,7 +628,7 @@ class Trainer:
                 loss = self.loss_fn(model, batch)
                 (loss * scale).backward()
             if self._rank == 0:
-                part = loss.detach() * (len(idx) / len(mine))
+                part = loss.detach() if len(chunks) == 1 else loss.detach() * (len(idx) / len(mine))
                 shard_loss = part if shard_loss is None else shard_loss + part
         self.optimizer.step()
         if self.lr_scheduler is not None:
@@ -666,10 +666,9 @@ class Trainer:
             value = shard_loss.reshape(()).float()
             self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
             self._loss_steps += 1
-            if grads is not None and 0 < b < big:
-                small = grads[0] * (big / (self._world * b)) ** 2
-                self._grad_sums = ([small, grads[1]] if not self._grad_sums
-                                   else [self._grad_sums[0] + small, self._grad_sums[1] + grads[1]])
+            if grads is not None and 0 < b < big:  # b and big stay the same within a window (of one group)
+                self._grad_sums = (list(grads) if not self._grad_sums
+                                   else [self._grad_sums[0] + grads[0], self._grad_sums[1] + grads[1]])
                 self._grad_steps += 1
         if self._loss_steps == 0 or (self.step % LOSS_EVERY and self.step < self.config.steps):
             return {}
@@ -683,7 +682,7 @@ class Trainer:
         out: dict[str, Any] = {"loss": round(mean, 6), "batch": big, "window_steps": n,
                                "window_s": round(window_s, 6)}
         if sums and n_grad == n:
-            g_b, g_big = float(sums[0]) / n, float(sums[1]) / n
+            g_b, g_big = float(sums[0]) / n * (big / (self._world * b)) ** 2, float(sums[1]) / n
             grad_sqr = (big * g_big - b * g_b) / (big - b)
             grad_var = (g_b - g_big) / (1.0 / b - 1.0 / big)
             if math.isfinite(grad_sqr) and math.isfinite(grad_var):
