@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/noise_scale.py [--steps 800] [--write bench/results/noise_scale.md]
 
-Each configuration is a real local run (gloo, one process per worker, on the CPU) of a linear
-regression, y = x.w* + 0.5 noise over 4,096 fixed samples of 8 features, trained by plain SGD at
-learning rate 0: the weights stay at 0, so every step draws its gradient from one known
-distribution. The per-sample gradients at w = 0 give the exact |G|^2, tr(Sigma) and noise scale
+Each configuration is a real local run (gloo, one process per worker, on the CPU) of the job in
+`bench/_known_noise.py`: a linear regression, y = x.w* + 0.5 noise over 4,096 fixed samples of 8
+features, trained by plain SGD at learning rate 0: the weights stay at 0, so every step draws its
+gradient from one known distribution. The per-sample gradients at w = 0 give the exact |G|^2, tr(Sigma) and noise scale
 B_simple = tr(Sigma) / |G|^2 of the data set. The run stores, every LOSS_EVERY steps, the chief's
 estimates of |G|^2 and tr(Sigma) from its shard's gradient and the all-reduced one
 (`spottrain.runtime.api._GradientNoise`); the figures:
@@ -38,54 +38,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._known_noise import exact  # noqa: E402
 from bench._pages import write_results  # noqa: E402
 from spottrain.perf.own_runs import own_curves  # noqa: E402
 from spottrain.store import Store  # noqa: E402
 
 CONFIGS = ((2, 32), (2, 64), (3, 64), (4, 64), (2, 256), (4, 256))
 """(workers, global batch) of the runs."""
-
-SCRIPT = '''
-import torch
-from spottrain.runtime import Trainer, TrainConfig
-
-N, D = 4096, 8
-g = torch.Generator().manual_seed(0)
-X = torch.randn(N, D, generator=g)
-y = X @ torch.linspace(-1.0, 1.0, D) + 0.5 * torch.randn(N, generator=g)
-
-
-class Data:
-    def __len__(self):
-        return N
-
-    def get_batch(self, idx):
-        return X[idx], y[idx]
-
-
-model = torch.nn.Linear(D, 1, bias=False)
-torch.nn.init.zeros_(model.weight)
-opt = torch.optim.SGD(model.parameters(), lr=0.0)
-
-
-def loss_fn(m, batch):
-    x, t = batch
-    return ((m(x).squeeze(-1) - t) ** 2).mean()
-
-
-Trainer(model=model, optimizer=opt, dataset=Data(), loss_fn=loss_fn, config=TrainConfig.from_env()).fit()
-'''
-
-
-def exact() -> tuple[float, float]:
-    """(|G|^2, tr Sigma) of the script's data at w = 0, from its per-sample gradients."""
-    g = torch.Generator().manual_seed(0)
-    X = torch.randn(4096, 8, generator=g)
-    y = X @ torch.linspace(-1.0, 1.0, 8) + 0.5 * torch.randn(4096, generator=g)
-    per_sample = -2.0 * X * y[:, None]
-    G = per_sample.mean(0)
-    return float(G @ G), float(((per_sample - G) ** 2).sum(1).mean())
-
 
 def one_run(work: Path, workers: int, batch: int, steps: int) -> tuple[list[dict], list[float], float]:
     """(stored points, the curve's noise scale per point, wall seconds) of one real run."""
@@ -128,7 +87,7 @@ def main(argv: list[str]) -> None:
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        (work / "linreg.py").write_text(SCRIPT)
+        (work / "linreg.py").write_text((ROOT / "bench" / "_known_noise.py").read_text())
         for workers, batch in CONFIGS:
             points, curve_b, wall = one_run(work, workers, batch, args.steps)
             m_sqr = statistics.fmean(p["grad_sqr"] for p in points)

@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -151,46 +152,18 @@ def test_plan_to_a_target_loss_uses_your_runs_curves(tmp_path, capsys, monkeypat
 
 # --------------------------------------------------------------------------- gradient noise scale
 
-LINREG = '''
-import torch
-from spottrain.runtime import Trainer, TrainConfig
-
-N, D = 4096, 8
-g = torch.Generator().manual_seed(0)
-X = torch.randn(N, D, generator=g)
-y = X @ torch.linspace(-1.0, 1.0, D) + 0.5 * torch.randn(N, generator=g)
-
-
-class Data:
-    def __len__(self):
-        return N
-
-    def get_batch(self, idx):
-        return X[idx], y[idx]
-
-
-model = torch.nn.Linear(D, 1, bias=False)
-torch.nn.init.zeros_(model.weight)
-opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay at 0: one gradient distribution
-
-
-def loss_fn(m, batch):
-    x, t = batch
-    return ((m(x).squeeze(-1) - t) ** 2).mean()
-
-
-Trainer(model=model, optimizer=opt, dataset=Data(), loss_fn=loss_fn,
-        config=TrainConfig.from_env(steps=400, global_batch_size=64)).fit()
-'''
+KNOWN_NOISE = Path(__file__).resolve().parents[1] / "bench" / "_known_noise.py"
+"""A linear regression at learning rate 0 whose gradient noise is known exactly (shared with
+bench/noise_scale.py)."""
 
 
 def test_a_run_measures_the_gradient_noise_its_data_has(tmp_path):
     """A real 3-worker run (shards of 22, 21, 21 samples of a global batch of 64) of a linear
     regression whose per-sample gradients at its fixed weights are known: the stored |G|^2 and
     tr(Sigma), averaged over the run's windows, are the data's, and so is its loss."""
-    import torch
+    import importlib.util
 
-    (tmp_path / "linreg.py").write_text(LINREG)
+    (tmp_path / "linreg.py").write_text(KNOWN_NOISE.read_text())
     env = {**os.environ, "SPOTTRAIN_DEVICE": "cpu", "SPOTTRAIN_STORE": str(tmp_path / "unused.db")}
     out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--workers", "3",
                           "--steps", "400", "--global-batch", "64", "--checkpoint-every", "1000", "--job-id", "linreg",
@@ -200,12 +173,11 @@ def test_a_run_measures_the_gradient_noise_its_data_has(tmp_path):
     with Store(tmp_path / "s.db") as store:
         points = store.loss_points(model="linreg")
     assert len(points) == 400 // LOSS_EVERY and all(p["workers"] == 3 for p in points)
-    g = torch.Generator().manual_seed(0)
-    X = torch.randn(4096, 8, generator=g)
-    y = X @ torch.linspace(-1.0, 1.0, 8) + 0.5 * torch.randn(4096, generator=g)
-    per_sample = -2.0 * X * y[:, None]  # d/dw (x.w - y)^2 at w = 0
-    G = per_sample.mean(0)
-    true_sqr, true_var = float(G @ G), float(((per_sample - G) ** 2).sum(1).mean())
+    spec = importlib.util.spec_from_file_location("known_noise", KNOWN_NOISE)
+    known = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(known)
+    true_sqr, true_var = known.exact()
+    _, y = known.data()
     sqr = sum(p["grad_sqr"] for p in points) / len(points)
     var = sum(p["grad_var"] for p in points) / len(points)
     assert sqr == pytest.approx(true_sqr, rel=0.15) and var == pytest.approx(true_var, rel=0.15)
