@@ -148,7 +148,10 @@ def test_what_a_local_job_records_as_its_setup(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SPOTTRAIN_DEVICE", "cpu")
     job = LocalJob(command=[sys.executable, "train.py", "--lr", "0.1"], workers=2, run_dir=tmp_path, job_id="j")
-    assert local_setup(job) is None  # the script sets its own batch: samples per step unknown
+    unknown = local_setup(job)  # the script sets its own batch: samples per step unknown
+    assert (unknown.model, unknown.global_batch_size) == ("train", 0)
+    assert measurement_rows([{"kind": "step", "t": float(i), "step": i, "gen": 0, "world": 2} for i in range(1, 40)],
+                            unknown) == []  # no throughput without the samples per step (its loss curve still counts)
     job.env["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = "128"
     setup = local_setup(job)
     assert (setup.model, setup.global_batch_size, setup.gpu, setup.flops_per_sample) == ("train", 128, "cpu", None)

@@ -63,7 +63,8 @@ class RunSetup:
     model: str
     """Model name of the rows (a zoo name, the plan's workload, ``example-<name>``)."""
     global_batch_size: int
-    """Samples per optimizer step (``accumulate``), or of the planned world (``scale-lr``)."""
+    """Samples per optimizer step (``accumulate``), or of the planned world (``scale-lr``); 0:
+    unknown (no measurement rows; the loss curve's reports carry their own batch)."""
     gpu: str
     """Device every worker trains on, as the performance model names it (``H100``), or ``cpu``."""
     rescale: str = "accumulate"
@@ -148,7 +149,10 @@ def steady_step_times(worker_events: list[dict[str, Any]]) -> dict[int, tuple[li
 
 
 def measurement_rows(worker_events: list[dict[str, Any]], setup: RunSetup) -> list[dict[str, Any]]:
-    """The run's measurement rows (dicts in the store's columns), one per world size trained at."""
+    """The run's measurement rows (dicts in the store's columns), one per world size trained at;
+    none when the samples per step are unknown (``global_batch_size`` 0)."""
+    if setup.global_batch_size < 1:
+        return []
     rows = []
     for world, (gaps, warm) in sorted(steady_step_times(worker_events).items()):
         if len(gaps) < MIN_STEADY_STEPS:
@@ -276,8 +280,9 @@ def local_setup(job: Any, *, example: str | None = None, plan: Any = None) -> Ru
 
 
 def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None:
-    """The :class:`RunSetup` of a local job (``LocalJob``), or ``None`` when its samples per step
-    are unknown (a custom command whose batch is set in its own code, not by ``--global-batch``).
+    """The :class:`RunSetup` of a local job (``LocalJob``); ``global_batch_size`` 0 when its
+    samples per step are unknown (a custom command whose batch is set in its own code, not by
+    ``--global-batch``): then it leaves a loss curve but no measurement row.
 
     The model is the built-in example's (``example-<name>``, its FLOPs counted here), else the
     plan's workload, else the command's script name. The device is what the workers pick
@@ -297,9 +302,9 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
         batch = int(batch_text) if batch_text else ex.global_batch_size
     else:
         if not batch_text:
+            # Its loss curve still counts (each report names its batch); its throughput does not.
             log.info("the job's global batch is set in its own code; no measurement rows (pass --global-batch)")
-            return None
-        batch = int(batch_text)
+        batch = int(batch_text) if batch_text else 0
         if plan is not None:
             w = plan.workload
             model, flops, params = w.model, w.flops_per_sample, w.param_count
