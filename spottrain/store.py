@@ -379,6 +379,20 @@ class Store:
         ids = [r[0] for r in self._conn.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id")]
         return [self.get_run(i) for i in ids]
 
+    def remove_runs(self, run_ids: list[str]) -> int:
+        """Delete runs by id with everything they left (events, measured rows, loss curve), all or
+        none; returns how many were removed. Their rows stop informing ``predict``, ``plan`` and
+        ``converge``."""
+        with self._tx() as conn:
+            missing = [r for r in run_ids if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (r,)).fetchone() is None]
+            if missing:
+                raise InputError(f"no run {', '.join(missing)} (see `spottrain runs list`); nothing removed",
+                                 file=str(self.path))
+            for r in run_ids:
+                for table in ("run_events", "measurements", "loss_points", "runs"):
+                    conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (r,))
+        return len(run_ids)
+
     def events(self, run_id: str, *, event: str | None = None) -> list[RunEvent]:
         sql, args = "SELECT run_id, time_s, event, data_json FROM run_events WHERE run_id = ?", [run_id]
         if event is not None:

@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "plan_cmd",
     "simulate_cmd",
     "run_cmd",
+    "runs_cmd",
     "demo_cmd",
 )
 
