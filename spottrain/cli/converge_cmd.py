@@ -72,6 +72,7 @@ def converge(
     from spottrain.perf.convergence import read_loss_curves
     from spottrain.perf.own_runs import cli_own_curves
 
+    sync = sync or ("async" if curves is not None else "sync")  # spottrain run trains synchronously
     _check_flags(curves, sync=sync, form=form, target_loss=target_loss, target=target, workers=workers,
                  global_batch=global_batch, batch_size=batch_size)
     bounds = _boundaries(lr_boundaries)
@@ -85,9 +86,6 @@ def converge(
     else:
         raise InputError("give --curves FILE (loss curves of past runs), or --model M whose runs (spottrain run) "
                          "stored loss curves", column="--curves")
-    sync = sync or ("async" if curves is not None else "sync")
-    if global_batch and sync != "sync":
-        raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if target is not None:
         target_loss = _targets_as_losses(data, target)
     if curves is None and workers and not global_batch and batch_size is None:
@@ -105,13 +103,13 @@ def converge(
                       as_json=as_json)
 
 
-def _check_flags(curves: Path | None, *, sync: str | None, form: str, target_loss: list[float] | None, target: list[float] | None,
+def _check_flags(curves: Path | None, *, sync: str, form: str, target_loss: list[float] | None, target: list[float] | None,
                  workers: list[int] | None, global_batch: list[int] | None, batch_size: float | None) -> None:
     """Every flag checked before the curves are read; the first wrong one is named (exit 2)."""
     from spottrain.cli import options
     from spottrain.perf.convergence import FORMS
 
-    if sync not in (None, "sync", "async"):
+    if sync not in ("sync", "async"):
         raise InputError(f"expected sync or async, got {sync!r}", column="--sync")
     if form not in FORMS:
         raise InputError(f"expected one of {', '.join(FORMS)}, got {form!r}", column="--form")
@@ -126,7 +124,7 @@ def _check_flags(curves: Path | None, *, sync: str | None, form: str, target_los
         raise InputError(f"expected worker counts >= 1, got {workers}", column="--workers")
     if global_batch and any(b < 1 for b in global_batch):
         raise InputError(f"expected global batch sizes >= 1, got {global_batch}", column="--global-batch")
-    if global_batch and sync == "async":
+    if global_batch and sync != "sync":
         raise InputError("--global-batch applies to synchronous training: add --sync sync", column="--global-batch")
     if batch_size is not None and not batch_size > 0:
         raise InputError(f"expected a batch size > 0, got {batch_size:g}", column="--batch-size")

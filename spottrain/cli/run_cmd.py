@@ -561,11 +561,9 @@ def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None) -> An
     w = plan.workload
     model, flops, params, tensors = w.model, w.flops_per_sample, w.param_count, None
     if example:
-        from spottrain.runtime.examples import get_example
-        from spottrain.runtime.record import _example_figures
+        from spottrain.runtime.record import example_figures
 
-        model = f"example-{example}"
-        flops, params, tensors = _example_figures(get_example(example))
+        model, flops, params, tensors = example_figures(example)
     nets = {g.network_gbps for g in plan.groups}
     return RunSetup(model=model, global_batch_size=int(settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE") or 0), gpu=gpu,
                     flops_per_sample=flops, param_count=params, tensor_count=tensors,

@@ -101,16 +101,21 @@ def record_run(summary: RunSummary, events: list[dict[str, Any]], *, store_path:
                 store.record_event(summary.job_id, "checkpoint", data=ck)
             if setup is not None:
                 worker_events = read_worker_events(Path(summary.run_dir))
-                rows = measurement_rows(worker_events, setup)
-                if rows:
-                    store.add_measurements(summary.job_id, rows)
-                points = loss_points(worker_events)
-                if points:
-                    store.add_loss_points(summary.job_id, setup.model, points)
+                _store_measured(store, summary.job_id, setup.model, measurement_rows(worker_events, setup),
+                                loss_points(worker_events))
             return str(store.path)
     except Exception as exc:  # noqa: BLE001 - a record must never fail the run
         log.warning("could not write the run record: %s", exc)
         return None
+
+
+def _store_measured(store: Any, job_id: str, model: str, rows: list[dict[str, Any]],
+                    points: list[dict[str, Any]]) -> None:
+    """What a run measured into the store: its measurement rows and its loss curve (each when any)."""
+    if rows:
+        store.add_measurements(job_id, rows)
+    if points:
+        store.add_loss_points(job_id, model, points)
 
 
 def steady_step_times(worker_events: list[dict[str, Any]]) -> dict[int, tuple[list[dict[str, Any]], int]]:
@@ -170,17 +175,25 @@ def measurement_rows(worker_events: list[dict[str, Any]], setup: RunSetup) -> li
             per_worker = max(round(samples / world), 1)
         step_s = statistics.fmean(g["time_s"] for g in gaps)
         syncs = [g["sync_time_s"] for g in gaps if "sync_time_s" in g]
-        rows.append({
-            "model": setup.model, "batch_size": per_worker,
-            "cluster": f"1x{setup.gpu}:{world}" if world > 1 else f"1x{setup.gpu}",
-            "gpu": setup.gpu, "workers": world, "ps": 0, "sync": "sync",
-            "throughput": samples / step_s, "step_time_s": step_s,
-            "sync_time_s": statistics.fmean(syncs) if len(syncs) == len(gaps) else None,
-            "steps": len(gaps), "warmup_steps": warm, "network_gbps": setup.network_gbps,
-            "flops_per_sample": setup.flops_per_sample, "param_count": setup.param_count,
-            "precision": setup.precision, "tensor_count": setup.tensor_count, "source": setup.source,
-        })
+        rows.append(_row(setup, world=world, per_worker=per_worker,
+                         cluster=f"1x{setup.gpu}:{world}" if world > 1 else f"1x{setup.gpu}",
+                         samples=samples, step_s=step_s,
+                         sync_s=statistics.fmean(syncs) if len(syncs) == len(gaps) else None,
+                         steps=len(gaps), warmup=warm))
     return rows
+
+
+def _row(setup: RunSetup, *, world: int, per_worker: int, cluster: str, samples: int, step_s: float,
+         sync_s: float | None, steps: int, warmup: int) -> dict[str, Any]:
+    """One measurement row in the store's columns: ``world`` synchronous workers of ``setup``'s
+    model and GPU, ``samples`` per step of ``step_s`` seconds."""
+    return {
+        "model": setup.model, "batch_size": per_worker, "cluster": cluster, "gpu": setup.gpu, "workers": world,
+        "ps": 0, "sync": "sync", "throughput": samples / step_s, "step_time_s": step_s, "sync_time_s": sync_s,
+        "steps": steps, "warmup_steps": warmup, "network_gbps": setup.network_gbps,
+        "flops_per_sample": setup.flops_per_sample, "param_count": setup.param_count,
+        "precision": setup.precision, "tensor_count": setup.tensor_count, "source": setup.source,
+    }
 
 
 def loss_points(worker_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -227,16 +240,10 @@ def window_rows(reports: list[dict[str, Any]], setup: RunSetup) -> list[dict[str
         kept = [w for w in windows if w[0] <= STALL_FACTOR * median]
         if sum(w[1] for w in kept) < MIN_STEADY_STEPS:
             continue
-        step_s = statistics.median(w[0] for w in kept)
         batch = statistics.median_low(w[2] for w in kept)
-        rows.append({
-            "model": setup.model, "batch_size": max(batch // world, 1), "cluster": f"{world}x{setup.gpu}",
-            "gpu": setup.gpu, "workers": world, "ps": 0, "sync": "sync", "throughput": batch / step_s,
-            "step_time_s": step_s, "sync_time_s": None, "steps": sum(w[1] for w in kept),
-            "warmup_steps": sum(w[1] for w in windows) - sum(w[1] for w in kept), "network_gbps": setup.network_gbps,
-            "flops_per_sample": setup.flops_per_sample, "param_count": setup.param_count,
-            "precision": setup.precision, "tensor_count": setup.tensor_count, "source": setup.source,
-        })
+        rows.append(_row(setup, world=world, per_worker=max(batch // world, 1), cluster=f"{world}x{setup.gpu}",
+                         samples=batch, step_s=statistics.median(w[0] for w in kept), sync_s=None,
+                         steps=sum(w[1] for w in kept), warmup=sum(w[1] for w in windows) - sum(w[1] for w in kept)))
     return rows
 
 
@@ -257,12 +264,8 @@ def record_fleet_run(job_id: str, result: Any, *, plan: dict[str, Any] | None, s
                     store.record_event(job_id, ev["kind"], time_s=ev.get("time_s"),
                                        data={k: v for k, v in ev.items() if k not in ("time_s", "kind")})
             if setup is not None:
-                rows = window_rows(result.reports, setup) if setup.gpu else []
-                if rows:
-                    store.add_measurements(job_id, rows)
-                points = loss_points(result.reports)
-                if points:
-                    store.add_loss_points(job_id, setup.model, points)
+                _store_measured(store, job_id, setup.model, window_rows(result.reports, setup) if setup.gpu else [],
+                                loss_points(result.reports))
             return str(store.path)
     except Exception as exc:  # noqa: BLE001 - a record must never fail the run
         log.warning("could not write the run record: %s", exc)
@@ -297,8 +300,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
         from spottrain.runtime.examples import get_example
 
         ex = get_example(example)
-        model = f"example-{ex.name}"
-        flops, params, tensors = _example_figures(ex)
+        model, flops, params, tensors = example_figures(ex.name)
         batch = int(batch_text) if batch_text else ex.global_batch_size
     else:
         if not batch_text:
@@ -337,16 +339,16 @@ def _worker_device(setting: str, workers: int = 1) -> tuple[str, bool]:
     return (spec.name if spec is not None else name.replace(" ", "-")), shared
 
 
-def _example_figures(ex: Any) -> tuple[float, int, int]:
-    """(forward + backward FLOPs per sample, parameters, parameter tensors) of a built-in example."""
-    import torch
+def example_figures(name: str) -> tuple[str, float, int, int]:
+    """(model name in the store, forward + backward FLOPs per sample, parameters, parameter
+    tensors) of the built-in example ``name``."""
     from spottrain.profiler.flops import counting_flops
+    from spottrain.runtime.examples import classification_loss, get_example
 
-    from spottrain.runtime.examples import classification_loss
-
+    ex = get_example(name)
     model = ex.model()
     x, y = ex.dataset().get_batch([0, 1])
     with counting_flops() as counter:
         classification_loss(model, (x, y)).backward()
     params = list(model.parameters())
-    return counter.get_total_flops() / 2, int(sum(p.numel() for p in params)), len(params)
+    return f"example-{ex.name}", counter.get_total_flops() / 2, int(sum(p.numel() for p in params)), len(params)
