@@ -1,6 +1,7 @@
 """Throughput model internals: PS queueing, fast path, saved default fit, instance types, mixed clusters."""
 
 import itertools
+import math
 import time
 
 import numpy as np
@@ -213,6 +214,36 @@ def test_unseen_gpu_takes_its_architectures_fitted_effect():
     q = _Query(model="resnet50", batch_size=128, cluster=ClusterSpec.parse("1xH200"), ps=0, sync="sync",
                flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input="device")
     assert m.predict_one(q).throughput == pytest.approx(m.predict([q], warn=False)[0].throughput, rel=1e-9)
+
+
+def test_unseen_gpu_takes_its_dies_fitted_effect_before_its_architectures():
+    """An A100 (40 GB) no row measured borrows how the fitted boards of its GA100 die fall from their
+    datasheets, not the mean over every Ampere board (the GA102 cards too); an A10G borrows its GA102
+    siblings'; a GPU whose die no row measured falls back to its architecture, and the warning names
+    the boards it borrowed from."""
+    rows = [m for m in load_shipped(("lambda",)) if m.cluster.total_gpus == 1
+            and m.cluster.groups[0].gpu in ("A100-80GB", "A100-PCIe", "RTX3090", "A10", "RTX4090")]
+    m = ThroughputModel(folds=0, correction="none").fit(rows)
+    eff = m.gpu_effects_
+    ga100 = np.mean([eff["A100-80GB/fp16"], eff["A100-PCIe/fp16"]])
+    ga102 = np.mean([eff["RTX3090/fp16"], eff["A10/fp16"]])
+    assert abs(ga100 - ga102) > 0.02  # the two dies do fall differently from their datasheets
+    assert m._gpu_effect("A100", "fp16") == pytest.approx(ga100)
+    assert m._gpu_effect("A30", "fp16") == pytest.approx(ga100)
+    assert m._gpu_effect("A10G", "fp16") == pytest.approx(ga102)
+    assert m._gpu_effect("L40S", "fp16") == pytest.approx(eff["RTX4090/fp16"])  # AD102, as the RTX 4090
+    assert m._gpu_effect("L4", "fp16") == pytest.approx(eff["RTX4090/fp16"])  # AD104: no die fitted, Ada
+    w = Workload.from_zoo("resnet50", 128)
+    q = _Query(model="resnet50", batch_size=128, cluster=ClusterSpec.parse("1xA100"), ps=0, sync="sync",
+               flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input="host")
+    pred = m.predict([q], warn=False)[0]
+    assert m.predict_one(q).throughput == pytest.approx(pred.throughput, rel=1e-9)
+    assert any("A100-80GB, A100-PCIe of its GA100 die" in n for n in pred.notes)
+    # The same query with the Ampere mean in place of the die's: the die's effect is what moved it.
+    m.gpu_effects_.update({"A100-80GB/fp16": ga102, "A100-PCIe/fp16": ga102})
+    m.__dict__.pop("_arch_effect_cache", None)
+    moved = m.predict([q], warn=False)[0].throughput
+    assert math.log(pred.throughput / moved) == pytest.approx(ga100 - ga102, abs=0.02)
 
 
 def test_the_residual_correction_stays_in_the_structure_it_was_fitted_on():

@@ -38,6 +38,8 @@ class GpuSpec:
     """Canonical name, e.g. ``"V100"``, ``"A100-80GB"``."""
     architecture: str
     """Micro-architecture, e.g. ``"Volta"``."""
+    die: str
+    """The GPU die the board is built on, e.g. ``"GA100"`` (every A100 board), ``"GA102"`` (A10, A10G)."""
     fp32_tflops: float
     """Peak FP32 (non-tensor) TFLOPS."""
     fp16_tflops: float
@@ -113,6 +115,7 @@ def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
         spec = GpuSpec(
             name=row["name"],
             architecture=row["architecture"],
+            die=row["die"],
             fp32_tflops=float(row["fp32_tflops"]),
             fp16_tflops=float(row["fp16_tflops"]),
             tf32_tflops=_opt(row["tf32_tflops"]),

@@ -128,6 +128,26 @@ def _architecture(gpu: str) -> str | None:
         return None
 
 
+def _die(gpu: str) -> str | None:
+    """The registry's die of a GPU name (``GA100``); ``None`` for a name it does not hold."""
+    try:
+        return gpu_spec(gpu).die or None
+    except UnknownNameError:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _kin(gpu: str, fitted: frozenset[str]) -> tuple[str, tuple[str, ...]] | None:
+    """The fitted GPUs an unseen ``gpu`` borrows its speed effect from: ``(what they share, names)``,
+    those of its die (``"GA100 die"``) where any is fitted, else of its architecture; ``None``."""
+    for part, of in ((f"{_die(gpu)} die", _die), (_architecture(gpu), _architecture)):
+        mine = of(gpu)
+        names = tuple(sorted(k for k in fitted if mine is not None and of(k) == mine))
+        if names:
+            return part, names
+    return None
+
+
 @functools.lru_cache(maxsize=64)
 def _architectures(gpus: frozenset[str]) -> frozenset[str]:
     """Architectures of a set of GPU names (a fit's fitted GPUs)."""
@@ -769,20 +789,24 @@ class ThroughputModel:
 
     def _gpu_effect(self, name: str, precision: str) -> float:
         """The fitted speed effect of GPU ``name`` on ``precision``'s path; for a GPU the fit never saw,
-        the mean effect of the fitted GPUs of its architecture on that path (0 when there are none).
+        the mean effect of the fitted GPUs of its die on that path, else of its architecture (0 when
+        there are none).
 
-        GPUs of one architecture share the SM design, tensor-core generation and the libraries'
-        kernels for it, so how far they fall from their datasheets is mostly the architecture's:
-        an H100's slow fp16 path tells of an H200's (our own H100 rows predicting the H200's,
-        bench/prediction_accuracy.py)."""
+        Boards of one die (every A100, 40 or 80 GB, SXM or PCIe; the A10, A10G, A40 and RTX 3090)
+        have the same SMs, caches and kernels and differ in clocks, memory and power, which their
+        datasheet figures already carry; GPUs of one architecture share the SM design, tensor-core
+        generation and the libraries' kernels for it, so how far they fall from their datasheets is
+        mostly the die's, then the architecture's: an H100's slow fp16 path tells of an H200's (our
+        own H100 rows predicting the H200's, bench/prediction_accuracy.py). Lambda's one-GPU rows,
+        each GPU type held out in turn: 9.4 % by die, 9.8 % by architecture alone (every Ampere board
+        better, the RTX A6000 13.2 -> 10.4 %)."""
         key = f"{name}/{precision}"
         if key in self.gpu_effects_:
             return self.gpu_effects_[key]
         cache = self.__dict__.setdefault("_arch_effect_cache", {})
         if key not in cache:
-            arch = _architecture(name)
-            same = [v for k, v in self.gpu_effects_.items()
-                    if arch is not None and k.endswith(f"/{precision}") and _architecture(k.split("/")[0]) == arch]
+            kin = _kin(name, frozenset(k.split("/")[0] for k in self.gpu_effects_ if k.endswith(f"/{precision}")))
+            same = [self.gpu_effects_[f"{k}/{precision}"] for k in kin[1]] if kin else []
             cache[key] = float(np.mean(same)) if same else 0.0
         return cache[key]
 
@@ -871,7 +895,11 @@ class ThroughputModel:
                 # precision path's widths.
                 arch = _architecture(name)
                 new_arch = arch is not None and arch not in _architectures(frozenset(self.fitted_gpus_))
+                kin = _kin(name, frozenset(self.fitted_gpus_))
                 source = (f", nor any {arch} GPU (predicted from its datasheet)" if new_arch
+                          else f" (predicted from its peak FLOPS and bandwidth, and how the fitted {', '.join(kin[1])}"
+                               f" of its {kin[0]} {'falls' if len(kin[1]) == 1 else 'fall'} from"
+                               f" {'its' if len(kin[1]) == 1 else 'theirs'})" if kin and kin[0].endswith(" die")
                           else " (predicted from its peak FLOPS and bandwidth)")
                 notes.append((f"GPU {name} not in the fitted data{source}", sp["gpu"]))
             elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
