@@ -348,6 +348,51 @@ def one_gpu_user_rows(rows) -> None:
                "('peak-FLOPS' column)")
 
 
+def unseen_board_of_a_fitted_die_rows(rows) -> None:
+    """Each Lambda GPU type whose die has another fitted board (every A100, the A10 / RTX 3090 / RTX
+    A6000 of GA102, the H100s and GH200 of GH100, the RTX 4090 / RTX 6000 Ada of AD102), its Lambda
+    rows held out of a fit on every other row of every study: the board then borrows its die's fitted
+    effect and width (``throughput._kin``, ``_die_spread``). The 'peak-FLOPS' column is the same fit
+    with the dies unknown (the architecture's mean effect, the all-GPU width): what such a board got
+    before the registry named dies."""
+    from spottrain.perf import throughput as tp
+
+    def by_architecture(model, test):
+        die, spread = tp._die, model.spread_log_.pop("die", None)
+        tp._die = lambda gpu: None
+        try:
+            tp._kin.cache_clear(); model.__dict__.pop("_arch_effect_cache", None)
+            return model.predict(test, warn=False)
+        finally:
+            tp._die = die
+            tp._kin.cache_clear(); model.__dict__.pop("_arch_effect_cache", None)
+            if spread is not None:
+                model.spread_log_["die"] = spread
+
+    every = [m for rs in rows.values() for m in rs]
+    got = {"die": [], "arch": []}
+    ys = []
+    for g in sorted({gpu_of(m) for m in rows["Lambda"]}):
+        train = [m for m in every if all(gr.gpu != g for gr in m.cluster.groups)]
+        kin = tp._kin(g, frozenset(gpu_of(m) for m in train))
+        if kin is None or not kin[0].endswith(" die"):
+            continue
+        test = [m for m in rows["Lambda"] if gpu_of(m) == g]
+        model = fit(train)
+        got["die"].extend(zip(model.predict(test, warn=False), test))
+        got["arch"].extend(zip(by_architecture(model, test), test))
+        ys.extend(obs(test))
+    ys = np.array(ys)
+    pred = {k: np.array([p.throughput for p, _m in v]) for k, v in got.items()}
+    cover = {k: np.mean([p.low <= m.throughput <= p.high for p, m in v]) * 100 for k, v in got.items()}
+    width = {k: np.median([p.high / p.low for p, _m in v]) for k, v in got.items()}
+    report("Lambda: a board of a fitted die held out (every other row fitted)", len(ys), score(pred["die"], ys),
+           math.nan, score(pred["arch"], ys), "-",
+           f"~90 % interval covers {cover['die']:.1f} %, median width x{width['die']:.2f}; with the dies unknown "
+           f"('peak-FLOPS' column: the architecture's mean effect, the all-GPU width) {cover['arch']:.1f} %, "
+           f"x{width['arch']:.2f}")
+
+
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -419,6 +464,7 @@ def main() -> None:
     one_row_rows(study_rows)
     own_cross_gpu_rows(study_rows)
     one_gpu_user_rows(study_rows)
+    unseen_board_of_a_fitted_die_rows(study_rows)
     unseen_model_rows(study_rows)
     new_layer_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from dataclasses import replace
 import time
 
 import numpy as np
@@ -239,11 +240,33 @@ def test_unseen_gpu_takes_its_dies_fitted_effect_before_its_architectures():
     pred = m.predict([q], warn=False)[0]
     assert m.predict_one(q).throughput == pytest.approx(pred.throughput, rel=1e-9)
     assert any("A100-80GB, A100-PCIe of its GA100 die" in n for n in pred.notes)
+    # Its interval adds the spread of boards about their die's mean (at least 0.1), not the spread of
+    # every GPU's effect; a board of a die no row measured (the L4's AD104) keeps the latter.
+    assert m.spread_log_["die"] == pytest.approx(0.1) and m.spread_log_["gpu"] > m.spread_log_["die"]
+    wide = m.spread_log_.pop("die")
+    assert m.predict([q], warn=False)[0].high / m.predict([q], warn=False)[0].low > pred.high / pred.low
+    m.spread_log_["die"] = wide
+    l4 = m.predict([replace(q, cluster=ClusterSpec.parse("1xL4"))], warn=False)[0]
+    m.spread_log_["die"] = 1.0  # the L4's width does not read it
+    l4_again = m.predict([replace(q, cluster=ClusterSpec.parse("1xL4"))], warn=False)[0]
+    assert (l4.low, l4.high) == pytest.approx((l4_again.low, l4_again.high))
     # The same query with the Ampere mean in place of the die's: the die's effect is what moved it.
     m.gpu_effects_.update({"A100-80GB/fp16": ga102, "A100-PCIe/fp16": ga102})
     m.__dict__.pop("_arch_effect_cache", None)
     moved = m.predict([q], warn=False)[0].throughput
     assert math.log(pred.throughput / moved) == pytest.approx(ga100 - ga102, abs=0.02)
+
+
+def test_die_spread_needs_three_boards_that_share_a_die_and_grows_as_they_disagree():
+    from spottrain.perf.throughput import DIE_FLOOR, _die_spread
+
+    two = {"A100/fp16": 0.0, "A100-80GB/fp16": 0.4, "A10/fp16": 0.1, "H100/fp16": -0.2}
+    assert _die_spread(two) is None  # one die with two boards: two deviations, no spread to read
+    agree = {**two, "A100-80GB/fp16": 0.01, "A100-PCIe/fp16": -0.01}
+    assert _die_spread(agree) == DIE_FLOOR
+    apart = {**two, "A100-PCIe/fp16": 0.8}
+    wider = {**two, "A100-PCIe/fp16": 1.6, "A100-80GB/fp16": 0.8}
+    assert DIE_FLOOR < _die_spread(apart) < _die_spread(wider)
 
 
 def test_the_residual_correction_stays_in_the_structure_it_was_fitted_on():

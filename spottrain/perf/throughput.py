@@ -78,10 +78,12 @@ NODES_LOG = 0.15
 INTENSITY_NOTE = 0.05
 """Smallest intensity below the dense networks' scatter (log) that a prediction notes and widens for."""
 SPREAD_FLOOR = {"gpu": 0.15, "model": 0.2}
+"""Smallest log sd of an unseen GPU, model or (GPU, model) pair, whatever few effects a fit holds."""
 SPREAD_CAP = 0.3
 """Largest log sd of an unseen model: with a handful of fitted models the median effect is noise
 (leave one model out on CM-DARE's 16 models errs 7.8 %; 0.3 is ~x1.6 at 90 %)."""
-"""Smallest log sd of an unseen GPU, model or (GPU, model) pair, whatever few effects a fit holds."""
+DIE_FLOOR = 0.1
+"""Smallest log sd of an unseen GPU whose die's other boards are fitted."""
 
 
 STUDY_LEVEL_SIGMA = 0.15
@@ -146,6 +148,21 @@ def _kin(gpu: str, fitted: frozenset[str]) -> tuple[str, tuple[str, ...]] | None
         if names:
             return part, names
     return None
+
+
+def _die_spread(effects: dict[str, float]) -> float | None:
+    """Robust log sd of the fitted GPU effects about their die's mean, over the dies (per precision
+    path) with two or more fitted boards, never below ``DIE_FLOOR``; ``None`` with fewer than three
+    such boards: how far an unseen board may fall from its die's fitted ones."""
+    groups: dict[tuple, list[float]] = {}
+    for k, v in effects.items():
+        name, _, prec = k.rpartition("/")
+        if _die(name) is not None:
+            groups.setdefault((_die(name), prec), []).append(v)
+    dev = [(v - np.mean(vs)) * math.sqrt(len(vs) / (len(vs) - 1)) for vs in groups.values() if len(vs) > 1 for v in vs]
+    if len(dev) < 3:
+        return None
+    return max(float(1.4826 * np.median(np.abs(dev))), DIE_FLOOR)
 
 
 @functools.lru_cache(maxsize=64)
@@ -741,6 +758,9 @@ class ThroughputModel:
             "study_pooled": max(level_rms, POOLED_STUDY_LOG),
             "study_over": over_rms,
         }
+        die = _die_spread(self.gpu_effects_)
+        if die is not None:
+            self.spread_log_["die"] = die
         # Rows of one study (a user's own table, one shipped table) are the setup the queries come
         # from: their GPUs and models need no between-study term; anything else is another study's.
         # Rows of several studies (the shipped calibration) are nobody's own setup.
@@ -754,7 +774,8 @@ class ThroughputModel:
             # batch size, another cluster) are the prior's, with its between-study spread.
             self.own_configs_ = {_config_key(q) for q in queries} if len(rows) < 10 and one_study else set()
             p = self.prior
-            self.spread_log_ = {k: max(v, p.spread_log_.get(k, 0.0)) for k, v in self.spread_log_.items()}
+            self.spread_log_ = {k: max(self.spread_log_.get(k, 0.0), p.spread_log_.get(k, 0.0))
+                                for k in self.spread_log_.keys() | p.spread_log_.keys()}
             self.fitted_pairs_ |= set(p.fitted_pairs_)
             self.ar_nodes_ = max(self.ar_nodes_, p.ar_nodes_)
             self.ar_clouds_ = self.ar_clouds_ | set(p.ar_clouds_)
@@ -901,7 +922,9 @@ class ThroughputModel:
                                f" of its {kin[0]} {'falls' if len(kin[1]) == 1 else 'fall'} from"
                                f" {'its' if len(kin[1]) == 1 else 'theirs'})" if kin and kin[0].endswith(" die")
                           else " (predicted from its peak FLOPS and bandwidth)")
-                notes.append((f"GPU {name} not in the fitted data{source}", sp["gpu"]))
+                by_die = kin is not None and kin[0].endswith(" die")
+                width = min(sp.get("die") or sp["gpu"], sp["gpu"]) if by_die else sp["gpu"]
+                notes.append((f"GPU {name} not in the fitted data{source}", width))
             elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
                 notes.append((f"{q.model} never measured on {name}", sp["pair"]))
             if _path(q, name) not in self.fast_paths_:
