@@ -393,6 +393,53 @@ def unseen_board_of_a_fitted_die_rows(rows) -> None:
            f"x{width['arch']:.2f}")
 
 
+def profile_transfer_rows(rows) -> None:
+    """A profile on one GPU type predicting the same model on another (``spottrain profile`` on the
+    machine at hand, then ``predict`` / ``plan`` on a cloud GPU): every one-GPU row of a set as the
+    profile (its step time, ``Workload.step_time_s_ref``), each other GPU type's row of the same model,
+    precision and batch predicted. The other type takes half of what the profile changes
+    (``throughput.OTHER_MACHINE_SHARE``); the note gives the whole change. 'peak-FLOPS' column: the
+    same prior without the profile."""
+    import dataclasses
+    from spottrain.perf.throughput import _calibrated_for, _Query, default_model
+    from spottrain.types import ClusterSpec
+
+    leases = [m for f in ("zoo_lease5_h100", "zoo_lease6_h100", "zoo_lease7_h200")
+              for m in read_measurements(BENCH_DATA / f"{f}.csv") if m.model in ("mobilenet-v2", "efficientnet-b0")]
+    sets = [("4 models in no table (H100 <-> H200 leases)", default_model(),
+             [*read_measurements(BENCH_DATA / "zoo_more_h100.csv"), *read_measurements(BENCH_DATA / "zoo_more_h200.csv")]),
+            ("MobileNetV2, EfficientNet-B0 (H100 <-> H200 leases)", default_model(), leases)]
+    for name in ("CM-DARE", "Lambda", "ours (H100, H200)"):
+        sets.append((f"{name}, prior without the study", fit([m for k, v in rows.items() if k != name for m in v]), rows[name]))
+    for label, prior, table in sets:
+        by: dict = {}
+        for m in table:
+            if m.cluster.total_gpus == 1:
+                by.setdefault((m.model, m.precision, m.batch_size), {})[gpu_of(m)] = m
+        half, whole, alone, ys, inside, widths = [], [], [], [], [], []
+        for (model, precision, batch), per_gpu in by.items():
+            for src, ms in per_gpu.items():
+                w = Workload(model=model, batch_size=batch, flops_per_sample=ms.flops_per_sample,
+                             param_count=ms.param_count, gradient_bytes=4.0 * ms.param_count, precision=precision,
+                             tensor_count=ms.tensor_count)
+                profiled = dataclasses.replace(w, step_time_s_ref=batch / ms.throughput, ref_gpu=src)
+                for dst, md in per_gpu.items():
+                    if dst == src:
+                        continue
+                    p = predict_throughput(profiled, f"1x{dst}", model=prior)
+                    q = _Query(model=model, batch_size=batch, cluster=ClusterSpec.parse(f"1x{dst}"), ps=0, sync="sync",
+                               flops=w.flops_per_sample, grad=w.gradient_bytes, precision=precision,
+                               tensors=w.tensor_count)
+                    half.append(p.throughput); whole.append(_calibrated_for(prior, profiled).predict_one(q).throughput)
+                    alone.append(predict_throughput(w, f"1x{dst}", model=prior).throughput)
+                    ys.append(md.throughput); inside.append(p.low <= md.throughput <= p.high); widths.append(p.high / p.low)
+        ys = np.array(ys)
+        report(f"a profile on one GPU type -> another: {label}", len(ys), score(np.array(half), ys), math.nan,
+               score(np.array(alone), ys), "-",
+               f"~90 % interval covers {np.mean(inside) * 100:.1f} %, median width x{np.median(widths):.2f}; the "
+               f"profile's whole change: {score(np.array(whole), ys):.1f}; 'peak-FLOPS' column: the prior alone")
+
+
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -465,6 +512,7 @@ def main() -> None:
     own_cross_gpu_rows(study_rows)
     one_gpu_user_rows(study_rows)
     unseen_board_of_a_fitted_die_rows(study_rows)
+    profile_transfer_rows(study_rows)
     unseen_model_rows(study_rows)
     new_layer_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows

@@ -83,3 +83,23 @@ def test_predict_says_when_the_compute_step_is_one_your_rows_measured(tmp_path, 
     code, out, _ = run(capsys, "predict", "--model", "resnet50", "--batch-size", "256", "--measurements", str(m),
                        "--no-from-store", "--cluster", "2xV100:4", "--json")
     assert json.loads(out)["measured_step"] is False  # four times the largest batch measured: the model's own step
+
+
+def test_predict_from_a_profile_on_another_gpu_says_it_takes_half(tmp_path, capsys):
+    """A profile timed on one GPU type: the same type is predicted at the profiled step, another type
+    takes half of what the profile changes, and the output says so."""
+    from spottrain.profiler import profile_zoo
+
+    prof = profile_zoo("resnet32", 8, device="cpu", iterations=3, warmup=1)
+    d = json.loads(prof.to_json())
+    # synthetic: the CPU profile relabelled as one timed on a V100, at a step 3x the model's guess
+    d["device"] = {**d["device"], "kind": "cuda", "name": "Tesla V100"}
+    d["step_time_s"] = 3 * 8 / 2500.0
+    path = tmp_path / "synthetic_v100_profile.json"
+    path.write_text(json.dumps(d))
+    code, out, _ = run(capsys, "predict", "--profile", str(path), "--cluster", "1xV100", "--no-from-store", "--json")
+    assert code in (0, None) and json.loads(out)["profiled_on"] is None
+    code, out, _ = run(capsys, "predict", "--profile", str(path), "--cluster", "1xH100", "--no-from-store")
+    assert code in (0, None)
+    assert "your profile timed the model on a V100: another GPU type is another machine, so it takes 50%" in \
+        " ".join(out.split())

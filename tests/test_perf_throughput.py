@@ -8,7 +8,8 @@ import pytest
 
 from spottrain.errors import InputError, NotFittedError
 from spottrain.perf import ThroughputModel, Workload, default_model, load_shipped, predict_throughput
-from spottrain.perf.throughput import ExtrapolationWarning
+from spottrain.perf.throughput import ExtrapolationWarning, _calibrated_for, _Query
+from spottrain.types import ClusterSpec
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +99,27 @@ def test_profile_step_time_calibrates_compute():
     p = predict_throughput(slow, "1xV100")
     assert p.throughput == pytest.approx(64 / 1.0, rel=0.05)
     assert predict_throughput(slow, "1xH100").throughput > p.throughput
+
+
+def test_a_profile_moves_another_gpu_types_prediction_half_as_far_as_its_own():
+    """A profile's step says as much of the machine it ran on as of the model: its own GPU type is
+    predicted as profiled, another GPU type halfway (in log) between the calibration alone and the
+    profile's whole change, and the prediction says so; the interval moves with it."""
+    w = Workload.from_zoo("resnet50", 64)
+    slow = Workload(**{**w.__dict__, "step_time_s_ref": 0.5, "ref_gpu": "Tesla V100"})
+    own = predict_throughput(slow, "1xV100")
+    assert own.throughput == pytest.approx(64 / 0.5, rel=0.05)
+    assert own.profiled_on is None
+    for cluster in ("1xH100", "4xA10G"):
+        alone = predict_throughput(w, cluster)
+        whole = _calibrated_for(default_model(), slow).predict_one(
+            _Query(model=w.model, batch_size=64, cluster=ClusterSpec.parse(cluster), ps=0, sync="sync",
+                   flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp32", tensors=w.tensor_count))
+        half = predict_throughput(slow, cluster)
+        assert whole.throughput < half.throughput < alone.throughput  # the profile is slow; half of it is kept
+        assert math.log(half.throughput) == pytest.approx(0.5 * (math.log(whole.throughput) + math.log(alone.throughput)))
+        assert half.high / half.low == pytest.approx(whole.high / whole.low)
+        assert half.profiled_on == "V100" and half.to_dict()["profiled_on"] == "V100"
 
 
 def test_bad_arguments():

@@ -161,7 +161,7 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
     """Predict one workload on one cluster (with the own runs' rows of it when the store has some)."""
     from spottrain.perf import predict_throughput
     from spottrain.perf.own_runs import cli_own_runs
-    from spottrain.perf.throughput import ExtrapolationWarning, explain_bottleneck
+    from spottrain.perf.throughput import OTHER_MACHINE_SHARE, ExtrapolationWarning, explain_bottleneck
 
     own = cli_own_runs(from_store, workload.model, echo=_echo, cluster=cluster, batch_size=workload.batch_size,
                        precision=workload.precision)
@@ -192,6 +192,10 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
         gpus = " / ".join(sorted({g["gpu"] for g in pred.per_group}))
         console.print(f"compute step as your rows measured it on one {gpus} at batch "
                       f"{workload.batch_size}; the gradient exchange is modelled", highlight=False)
+    if pred.profiled_on:
+        console.print(f"your profile timed the model on a {pred.profiled_on}: another GPU type is another machine, "
+                      f"so it takes {OTHER_MACHINE_SHARE:.0%} of what the profile says, the rest the shipped "
+                      "calibration's", highlight=False)
 
 
 def _table(rows, preds, title: str) -> None:
