@@ -375,7 +375,7 @@ def unseen_board_of_a_fitted_die_rows(rows) -> None:
     for g in sorted({gpu_of(m) for m in rows["Lambda"]}):
         train = [m for m in every if all(gr.gpu != g for gr in m.cluster.groups)]
         kin = tp._kin(g, frozenset(gpu_of(m) for m in train))
-        if kin is None or not kin[0].endswith(" die"):
+        if kin is None or not kin.by_die:
             continue
         test = [m for m in rows["Lambda"] if gpu_of(m) == g]
         model = fit(train)

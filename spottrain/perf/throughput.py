@@ -138,15 +138,26 @@ def _die(gpu: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Kin:
+    """The fitted GPUs an unseen GPU borrows its speed effect from."""
+
+    by_die: bool
+    """They share its die (else only its architecture)."""
+    shared: str
+    """What they share: ``"GA100 die"``, ``"Ampere"``."""
+    names: tuple[str, ...]
+
+
 @functools.lru_cache(maxsize=256)
-def _kin(gpu: str, fitted: frozenset[str]) -> tuple[str, tuple[str, ...]] | None:
-    """The fitted GPUs an unseen ``gpu`` borrows its speed effect from: ``(what they share, names)``,
-    those of its die (``"GA100 die"``) where any is fitted, else of its architecture; ``None``."""
-    for part, of in ((f"{_die(gpu)} die", _die), (_architecture(gpu), _architecture)):
+def _kin(gpu: str, fitted: frozenset[str]) -> _Kin | None:
+    """The GPUs of ``fitted`` that an unseen ``gpu`` borrows from: those of its die where any is
+    fitted, else those of its architecture; ``None`` when neither is."""
+    for by_die, of in ((True, _die), (False, _architecture)):
         mine = of(gpu)
         names = tuple(sorted(k for k in fitted if mine is not None and of(k) == mine))
         if names:
-            return part, names
+            return _Kin(by_die, f"{mine} die" if by_die else str(mine), names)
     return None
 
 
@@ -829,10 +840,13 @@ class ThroughputModel:
             return self.gpu_effects_[key]
         cache = self.__dict__.setdefault("_arch_effect_cache", {})
         if key not in cache:
-            kin = _kin(name, frozenset(k.split("/")[0] for k in self.gpu_effects_ if k.endswith(f"/{precision}")))
-            same = [self.gpu_effects_[f"{k}/{precision}"] for k in kin[1]] if kin else []
-            cache[key] = float(np.mean(same)) if same else 0.0
+            kin = self._kin(name, precision)
+            cache[key] = float(np.mean([self.gpu_effects_[f"{k}/{precision}"] for k in kin.names])) if kin else 0.0
         return cache[key]
+
+    def _kin(self, name: str, precision: str) -> _Kin | None:
+        """The fitted GPUs an unseen ``name`` borrows its effect on ``precision``'s path from."""
+        return _kin(name, frozenset(k.rpartition("/")[0] for k in self.gpu_effects_ if k.endswith(f"/{precision}")))
 
     def _gpu_effects_for(self, qs: list) -> dict[str, float]:
         """The fitted GPU effects, plus the architecture fallback of every unseen GPU of ``qs``."""
@@ -919,13 +933,13 @@ class ThroughputModel:
                 # precision path's widths.
                 arch = _architecture(name)
                 new_arch = arch is not None and arch not in _architectures(frozenset(self.fitted_gpus_))
-                kin = _kin(name, frozenset(self.fitted_gpus_))
+                kin = self._kin(name, q.precision)
+                by_die = kin is not None and kin.by_die
+                one = by_die and len(kin.names) == 1
                 source = (f", nor any {arch} GPU (predicted from its datasheet)" if new_arch
-                          else f" (predicted from its peak FLOPS and bandwidth, and how the fitted {', '.join(kin[1])}"
-                               f" of its {kin[0]} {'falls' if len(kin[1]) == 1 else 'fall'} from"
-                               f" {'its' if len(kin[1]) == 1 else 'theirs'})" if kin and kin[0].endswith(" die")
-                          else " (predicted from its peak FLOPS and bandwidth)")
-                by_die = kin is not None and kin[0].endswith(" die")
+                          else f" (predicted from its peak FLOPS and bandwidth, and how the fitted {', '.join(kin.names)}"
+                               f" of its {kin.shared} {'falls' if one else 'fall'} from {'its' if one else 'theirs'})"
+                          if by_die else " (predicted from its peak FLOPS and bandwidth)")
                 width = min(sp.get("die") or sp["gpu"], sp["gpu"]) if by_die else sp["gpu"]
                 notes.append((f"GPU {name} not in the fitted data{source}", width))
             elif q.model in self.fitted_models_ and f"{name}|{q.model}" not in self.fitted_pairs_:
