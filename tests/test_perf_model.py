@@ -234,6 +234,22 @@ def test_unseen_gpu_takes_its_dies_fitted_effect_before_its_architectures():
     assert m._gpu_effect("A10G", "fp16") == pytest.approx(ga102)
     assert m._gpu_effect("L40S", "fp16") == pytest.approx(eff["RTX4090/fp16"])  # AD102, as the RTX 4090
     assert m._gpu_effect("L4", "fp16") == pytest.approx(eff["RTX4090/fp16"])  # AD104: no die fitted, Ada
+    # ... and the die's (GPU, model) effects: how a model's kernels suit the die, not the architecture.
+    pairs = [m.inter_effects_[f"{g}/fp16|bert_large_squad"] for g in ("A100-80GB", "A100-PCIe")]
+    assert abs(np.mean(pairs)) > 0.005
+    assert m._inter_effect("A100", "fp16", "bert_large_squad") == pytest.approx(np.mean(pairs))
+    assert m._inter_effect("A100-80GB", "fp16", "bert_large_squad") == pytest.approx(pairs[0])
+    assert m._inter_effect("L4", "fp16", "bert_large_squad") == 0.0  # borrowed by die only
+    assert m._inter_effect("A100", "fp16", "no-such-model") == 0.0
+    row = next(r for r in rows if r.model == "bert_large_squad" and r.precision == "fp16")
+    bq = replace(_Query.of(row), cluster=ClusterSpec.parse("1xA100"))
+    with_pairs = m.predict([bq], warn=False)[0].throughput
+    assert m.predict_one(bq).throughput == pytest.approx(with_pairs, rel=1e-9)
+    kept = m.inter_effects_
+    m.inter_effects_ = {k: v for k, v in kept.items() if not k.endswith("/fp16|bert_large_squad")}
+    without = m.predict([bq], warn=False)[0].throughput
+    m.inter_effects_ = kept
+    assert abs(math.log(with_pairs / without)) > 0.002  # the borrowed pair effect moved the prediction
     w = Workload.from_zoo("resnet50", 128)
     q = _Query(model="resnet50", batch_size=128, cluster=ClusterSpec.parse("1xA100"), ps=0, sync="sync",
                flops=w.flops_per_sample, grad=w.gradient_bytes, precision="fp16", input="host")
