@@ -1377,7 +1377,7 @@ def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int
     # machine, which takes half of what the profile changes, as a user's rows do for their GPU types
     # they do not hold (OTHER_MACHINE_SHARE). One GPU type's row as the profile, the same model's row
     # on each other type predicted (bench/prediction_accuracy.py), all of the change / half: Lambda
-    # 13.6 / 11.2 %, CM-DARE 21.8 / 18.3 %, ours 17.2 / 16.2 %, MobileNetV2 and EfficientNet-B0 on
+    # 13.5 / 11.2 %, CM-DARE 21.8 / 18.3 %, ours 17.1 / 16.1 %, MobileNetV2 and EfficientNet-B0 on
     # the H100 and H200 leases 15.8 / 14.4 %, the leases' four models in no table 10.4 / 10.4 %.
     return replace(_toward(pred, m.predict_one(q).throughput), profiled_on=device(workload.ref_gpu).name)
 
