@@ -858,30 +858,26 @@ class ThroughputModel:
         key = f"{name}/{precision}|{model}"
         if key in self.inter_effects_ or f"{name}/{precision}" in self.gpu_effects_:
             return self.inter_effects_.get(key, 0.0)
-        kin = self._kin(name, precision)
-        same = [self.inter_effects_[k] for k in (f"{n}/{precision}|{model}" for n in kin.names)
-                if k in self.inter_effects_] if kin is not None and kin.by_die else []
-        return float(np.mean(same)) if same else 0.0
+        cache = self.__dict__.setdefault("_arch_effect_cache", {})
+        if key not in cache:
+            kin = self._kin(name, precision)
+            same = [self.inter_effects_[k] for k in (f"{n}/{precision}|{model}" for n in kin.names)
+                    if k in self.inter_effects_] if kin is not None and kin.by_die else []
+            cache[key] = float(np.mean(same)) if same else 0.0
+        return cache[key]
 
-    def _inter_effects_for(self, qs: list) -> dict[str, float]:
-        """The fitted (GPU, model) effects, plus the die's of every unseen GPU of ``qs`` (:meth:`_inter_effect`)."""
-        out = dict(self.inter_effects_)
-        for q in qs:
-            for _g, name, _n in _resolve_groups(q.cluster):
-                key = f"{name}/{q.precision}|{q.model}"
-                if key not in out and (v := self._inter_effect(name, q.precision, q.model)) != 0.0:
-                    out[key] = v
-        return out
-
-    def _gpu_effects_for(self, qs: list) -> dict[str, float]:
-        """The fitted GPU effects, plus the architecture fallback of every unseen GPU of ``qs``."""
-        out = dict(self.gpu_effects_)
+    def _effects_for(self, qs: list) -> tuple[dict[str, float], dict[str, float]]:
+        """The fitted GPU and (GPU, model) effects, plus what every unseen GPU of ``qs`` borrows
+        (:meth:`_gpu_effect`, :meth:`_inter_effect`)."""
+        gpu, inter = dict(self.gpu_effects_), dict(self.inter_effects_)
         for q in qs:
             for _g, name, _n in _resolve_groups(q.cluster):
                 key = f"{name}/{q.precision}"
-                if key not in out:
-                    out[key] = self._gpu_effect(name, q.precision)
-        return out
+                if key not in gpu:
+                    gpu[key] = self._gpu_effect(name, q.precision)
+                if f"{key}|{q.model}" not in inter and (v := self._inter_effect(name, q.precision, q.model)) != 0.0:
+                    inter[f"{key}|{q.model}"] = v
+        return gpu, inter
 
     def _effect_arrays(self, enc_keys, gpu_effects: dict[str, float] | None = None):
         gk, mk = enc_keys
@@ -1066,8 +1062,7 @@ class ThroughputModel:
         qs = [_Query.of(q) if isinstance(q, Measurement) else q for q in queries]
         if not qs:
             return []
-        g_effects = self._gpu_effects_for(qs)
-        i_effects = self._inter_effects_for(qs)
+        g_effects, i_effects = self._effects_for(qs)
         gpu_keys = sorted(g_effects)
         model_keys = sorted(self.model_effects_)
         inter_keys = sorted(i_effects)
