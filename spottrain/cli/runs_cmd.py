@@ -16,10 +16,8 @@ runs_app = typer.Typer(help="Your recorded runs and what they measured: list, sh
                        add_completion=False)
 
 
-def _summary(store, run) -> dict:
-    """One run's line: its record and what it left for the models."""
-    rows = store.measurements(run_id=run.run_id)
-    points = store.loss_points(run_id=run.run_id)
+def _summary(run, rows: list[dict], points: list[dict]) -> dict:
+    """One run's line: its record and what it left for the models (its measured ``rows`` and loss ``points``)."""
     models = sorted({str(r["model"]) for r in rows} | {str(p["model"]) for p in points})
     return {"run_id": run.run_id, "created_at": run.created_at, "updated_at": run.updated_at, "status": run.status,
             "backend": (run.meta or {}).get("backend"), "models": models, "measured_rows": len(rows),
@@ -51,7 +49,7 @@ def runs_list(
             print("[]")
         return
     with db:
-        out = [_summary(db, r) for r in db.list_runs()]
+        out = [_summary(r, db.measurements(run_id=r.run_id), db.loss_points(run_id=r.run_id)) for r in db.list_runs()]
         path = db.path
     if model is not None:
         out = [r for r in out if model in r["models"]]
@@ -85,7 +83,7 @@ def runs_show(
         run = db.get_run(run_id)
         rows = db.measurements(run_id=run_id)
         points = db.loss_points(run_id=run_id)
-        line = _summary(db, run)
+        line = _summary(run, rows, points)
     if as_json:
         print(json.dumps({**line, "meta": run.meta, "rows": rows, "loss_curve": points}, indent=1))
         return
