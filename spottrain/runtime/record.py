@@ -93,10 +93,7 @@ def record_run(summary: RunSummary, events: list[dict[str, Any]], *, store_path:
             meta = summary.to_dict()
             meta["backend"] = backend
             store.record_run(summary.job_id, status="completed" if summary.ok else "failed", plan=plan, meta=meta)
-            for ev in events:
-                if ev.get("kind") in _KEEP:
-                    data = {k: v for k, v in ev.items() if k not in ("t", "kind")}
-                    store.record_event(summary.job_id, ev["kind"], time_s=ev.get("t"), data=data)
+            _store_events(store, summary.job_id, events, time_key="t")
             for ck in summary.checkpoints:
                 store.record_event(summary.job_id, "checkpoint", data=ck)
             if setup is not None:
@@ -107,6 +104,15 @@ def record_run(summary: RunSummary, events: list[dict[str, Any]], *, store_path:
     except Exception as exc:  # noqa: BLE001 - a record must never fail the run
         log.warning("could not write the run record: %s", exc)
         return None
+
+
+def _store_events(store: Any, job_id: str, events: list[dict[str, Any]], *, time_key: str) -> None:
+    """The run's events of the kinds kept (:data:`_KEEP`) into the store, each at its ``time_key``
+    (a local run's events carry ``t``, a fleet controller's ``time_s``)."""
+    for ev in events:
+        if ev.get("kind") in _KEEP:
+            store.record_event(job_id, ev["kind"], time_s=ev.get(time_key),
+                               data={k: v for k, v in ev.items() if k not in (time_key, "kind")})
 
 
 def _store_measured(store: Any, job_id: str, model: str, rows: list[dict[str, Any]],
@@ -259,10 +265,7 @@ def record_fleet_run(job_id: str, result: Any, *, plan: dict[str, Any] | None, s
         with Store(store_path) as store:
             store.record_run(job_id, status="completed" if result.ok else "failed", plan=plan,
                              meta={"backend": "skypilot", "steps": result.steps_done, "failure": result.failure})
-            for ev in result.events:
-                if ev.get("kind") in _KEEP:
-                    store.record_event(job_id, ev["kind"], time_s=ev.get("time_s"),
-                                       data={k: v for k, v in ev.items() if k not in ("time_s", "kind")})
+            _store_events(store, job_id, result.events, time_key="time_s")
             if setup is not None:
                 _store_measured(store, job_id, setup.model, window_rows(result.reports, setup) if setup.gpu else [],
                                 loss_points(result.reports))
