@@ -443,6 +443,52 @@ def profile_transfer_rows(rows) -> None:
 BENCH_DATA = Path(__file__).resolve().parent / "data"
 
 
+def mixed_precision_rows(rows) -> None:
+    """What a software stack does to the mixed-precision gain (``throughput.FP16_STACK_LOG``). (i) Leave
+    one study out, each held-out study that trained both precisions: the median log miss of its fp16
+    rows less that of its fp32 rows (0 where the fitted studies' gain carries), and their root mean
+    square, the shipped data's measure of the stack spread. (ii) NVIDIA's published DeepLearningExamples
+    training speeds (``bench/data/nvidia_dle_published.csv``: ResNet-50 v1.5 and SSD300 in PyTorch,
+    DGX-1 V100 and DGX A100, 1-8 GPUs, FP32 / TF32 / AMP; never fitted) predicted by the shipped
+    calibration, as a user's query is, with the stack's spread and without it."""
+    from spottrain.perf import throughput
+    from spottrain.perf.throughput import default_model
+
+    misses = {}
+    for name, test in rows.items():
+        precisions = np.array([m.precision for m in test])
+        if len(set(precisions)) < 2:
+            continue
+        model = fit([m for other, rs in rows.items() if other != name for m in rs])
+        r = np.log(obs(test) / predict(model, test))
+        misses[name] = float(np.median(r[precisions == "fp16"]) - np.median(r[precisions != "fp16"]))
+    dle = read_measurements(BENCH_DATA / "nvidia_dle_published.csv")
+    train = [m for rs in rows.values() for m in rs]
+    model = default_model()
+    r = np.log(obs(dle) / predict(model, dle))
+    half = np.array([m.precision == "fp16" for m in dle])
+    misses["NVIDIA's published (shipped calibration)"] = float(np.median(r[half]) - np.median(r[~half]))
+    rms = math.sqrt(statistics.fmean(v * v for v in misses.values()))
+    report("mixed-precision gain, held-out study's fp16 miss less fp32's", len(misses), 100 * rms, math.nan, math.nan,
+           "-", "the 'ours' column is their root mean square (log x 100), not a MAPE: "
+           + ", ".join(f"{k} {v:+.2f}" for k, v in misses.items())
+           + f"; FP16_STACK_LOG {throughput.FP16_STACK_LOG}")
+    saved = throughput.FP16_STACK_LOG
+    try:
+        throughput.FP16_STACK_LOG = 0.0
+        _p, cover0, width0 = _interval_stats(model, [m for m, h in zip(dle, half) if h])
+    finally:
+        throughput.FP16_STACK_LOG = saved
+    for label, keep in (("FP32/TF32", ~half), ("AMP", half)):
+        rs = [m for m, k in zip(dle, keep) if k]
+        p, cover, width = _interval_stats(model, rs)
+        before = f"; without the stack's spread {cover0:.1f} %, x{width0:.2f}" if label == "AMP" else ""
+        report(f"NVIDIA's published speeds, {label} (never fitted), shipped calibration", len(rs),
+               score(p, obs(rs)), math.nan, score(peak_baseline(train, rs), obs(rs)), "-",
+               f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}{before}; median log miss "
+               f"{float(np.median(r[keep])):+.2f} (faster than predicted)")
+
+
 def unseen_model_rows(rows) -> None:
     """Four networks no shipped table holds (ResNet-101/152, BERT-large, GPT-2 medium), timed on an H100
     and an H200 of later leases (``bench/data/zoo_more_<gpu>.csv``), predicted by the shipped calibration
@@ -513,6 +559,7 @@ def main() -> None:
     one_gpu_user_rows(study_rows)
     unseen_board_of_a_fitted_die_rows(study_rows)
     profile_transfer_rows(study_rows)
+    mixed_precision_rows(study_rows)
     unseen_model_rows(study_rows)
     new_layer_rows(study_rows)
     lam_prior = fit(lam)  # modern-GPU calibration, independent of the CM-DARE / transient-dl rows

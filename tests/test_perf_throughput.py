@@ -93,6 +93,40 @@ def test_extrapolation_widens_interval_and_warns():
     assert predict_throughput(w, "64xT4").extrapolated
 
 
+def test_mixed_precision_off_the_calibration_carries_the_stacks_spread(monkeypatch):
+    """Software stacks differ most in what mixed precision gains them (NVIDIA's NHWC scripts train
+    ResNet-50 in AMP 1.4x faster on a V100 than Lambda's runs of it): an fp16 query off the shipped
+    calibration is at least as wide as that spread, an fp32 one keeps its width, and a query whose
+    other reasons (an unseen model on an unseen cluster size) are wider is not widened twice."""
+    from spottrain.perf import throughput
+
+    m = default_model()
+
+    def query(model, precision, cluster, flops=None):
+        w = Workload.from_zoo(model, 256) if flops is None else None
+        return _Query(model=model, batch_size=256, cluster=ClusterSpec.parse(cluster), ps=0, sync="sync",
+                      flops=flops or w.flops_per_sample, grad=4e7 if w is None else w.gradient_bytes,
+                      precision=precision, tensors=None if w is None else w.tensor_count)
+
+    seen16, seen32 = query("resnet50", "fp16", "1xV100"), query("resnet50", "fp32", "1xV100")
+    far16 = query("never-seen", "fp16", "64xT4", flops=5e9)
+    width = lambda q: math.log(m.predict_one(q).high / m.predict_one(q).low)  # noqa: E731
+    with_stack = [width(q) for q in (seen16, seen32, far16)]
+    stack = throughput.FP16_STACK_LOG
+    monkeypatch.setattr(throughput, "FP16_STACK_LOG", 0.0)
+    without = [width(q) for q in (seen16, seen32, far16)]
+    assert with_stack[0] > without[0] + 0.1
+    assert with_stack[0] >= 2 * throughput.Z90 * stack - 1e-9
+    assert with_stack[1] == pytest.approx(without[1])
+    assert with_stack[2] == pytest.approx(without[2])
+    # A profile timed the user's own stack in fp16: its mixed-precision gain is measured, not borrowed.
+    monkeypatch.setattr(throughput, "FP16_STACK_LOG", stack)
+    w = Workload(**{**Workload.from_zoo("resnet50", 256).__dict__, "precision": "fp16"})
+    profiled = Workload(**{**w.__dict__, "step_time_s_ref": 0.1, "ref_gpu": "V100"})
+    p_cal, p_own = predict_throughput(w, "1xA100-80GB"), predict_throughput(profiled, "1xA100-80GB")
+    assert math.log(p_own.high / p_own.low) < math.log(p_cal.high / p_cal.low) - 0.1
+
+
 def test_profile_step_time_calibrates_compute():
     w = Workload.from_zoo("resnet50", 64)
     slow = Workload(**{**w.__dict__, "step_time_s_ref": 1.0, "ref_gpu": "V100"})
