@@ -346,7 +346,9 @@ def _say_recorded(where: str, job_id: str, model: str) -> None:
     if rows:
         parts.append(f"{plural(len(rows), 'measured row')} ({', '.join(str(r['cluster']) for r in rows)})")
     if points:
-        noise = " with the gradient noise scale" if all(p["grad_sqr"] is not None for p in points) else ""
+        from spottrain.perf.own_runs import records_noise_scale
+
+        noise = " with the gradient noise scale" if records_noise_scale(points) else ""
         parts.append(f"a training-loss curve of {plural(len(points), 'point')}{noise} "
                      f"(spottrain converge --model {model} reads it)")
     err.print(f"recorded in {where}: {' and '.join(parts)}", highlight=False, soft_wrap=True)

@@ -18,10 +18,12 @@ runs_app = typer.Typer(help="Your recorded runs and what they measured: list, sh
 
 def _summary(run, rows: list[dict], points: list[dict]) -> dict:
     """One run's line: its record and what it left for the models (its measured ``rows`` and loss ``points``)."""
+    from spottrain.perf.own_runs import records_noise_scale
+
     models = sorted({str(r["model"]) for r in rows} | {str(p["model"]) for p in points})
     return {"run_id": run.run_id, "created_at": run.created_at, "updated_at": run.updated_at, "status": run.status,
             "backend": (run.meta or {}).get("backend"), "models": models, "measured_rows": len(rows),
-            "loss_points": len(points), "noise_scale": bool(points) and all(p["grad_sqr"] is not None for p in points)}
+            "loss_points": len(points), "noise_scale": records_noise_scale(points)}
 
 
 def _open(store):

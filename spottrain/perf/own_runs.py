@@ -267,6 +267,12 @@ point's median error is 29-44 % over 5 points, 17-20 % over 20 and 4-12 % over 4
 scale of real training grows as the loss falls, so a longer mean lags it: 20 is the middle."""
 
 
+def records_noise_scale(points: list[dict]) -> bool:
+    """Whether a run's stored loss ``points`` give the gradient noise scale that ``converge`` and
+    ``plan --target-loss`` use (every point's ``grad_sqr`` and ``grad_var``, see :func:`_noise_scales`)."""
+    return _noise_scales(sorted(points, key=lambda p: p["step"])) is not None
+
+
 def _noise_scales(points: list[dict]) -> list[float] | None:
     """The gradient noise scale (samples) at each of ``points`` (sorted by step) from their
     ``grad_sqr`` and ``grad_var`` (see :data:`NOISE_SMOOTHING`); ``None`` unless every point has
