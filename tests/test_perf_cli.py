@@ -85,6 +85,20 @@ def test_predict_says_when_the_compute_step_is_one_your_rows_measured(tmp_path, 
     assert json.loads(out)["measured_step"] is False  # four times the largest batch measured: the model's own step
 
 
+def test_predict_in_fp16_off_the_calibration_says_its_interval_holds_other_stacks(capsys):
+    """An fp16 prediction with nothing of the user's says its interval carries other software stacks'
+    mixed-precision gain (and how to narrow it); an fp32 one does not."""
+    said = "fp16 off the shipped calibration: the interval holds how much mixed precision gains"
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--cluster", "1xA100-80GB", "--precision", "fp16",
+                       "--no-from-store")
+    assert code in (0, None) and said in " ".join(out.split())
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--cluster", "1xA100-80GB", "--precision", "fp16",
+                       "--no-from-store", "--json")
+    assert code in (0, None) and json.loads(out)["stack_borrowed"] is True
+    code, out, _ = run(capsys, "predict", "--model", "resnet50", "--cluster", "1xA100-80GB", "--no-from-store")
+    assert code in (0, None) and said not in " ".join(out.split())
+
+
 def test_predict_from_a_profile_on_another_gpu_says_it_takes_half(tmp_path, capsys):
     """A profile timed on one GPU type: the same type is predicted at the profiled step, another type
     takes half of what the profile changes, and the output says so."""

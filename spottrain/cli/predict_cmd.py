@@ -192,6 +192,10 @@ def _predict_cluster(workload, cluster: str, measurements: Path | None, *, ps: i
         gpus = " / ".join(sorted({g["gpu"] for g in pred.per_group}))
         console.print(f"compute step as your rows measured it on one {gpus} at batch "
                       f"{workload.batch_size}; the gradient exchange is modelled", highlight=False)
+    if pred.stack_borrowed:
+        console.print("fp16 off the shipped calibration: the interval holds how much mixed precision gains on other "
+                      "software stacks (NVIDIA's tuned scripts 1.3-1.7x Lambda's runs of the same networks); "
+                      "`spottrain profile` of your own step narrows it", highlight=False)
     if pred.profiled_on:
         console.print(f"your profile timed the model on a {pred.profiled_on}: another GPU type is another machine, "
                       f"so it takes {OTHER_MACHINE_SHARE:.0%} of what the profile says, the rest the shipped "

@@ -319,6 +319,10 @@ class ThroughputPrediction:
     """True when every group's compute step is one a row measured on one GPU of its type at this
     per-GPU batch (or between two such batches): only the gradient exchange is modelled
     (:meth:`ThroughputModel._step_anchor`)."""
+    stack_borrowed: bool = False
+    """True when the query runs fp16 off the shipped calibration alone: its interval holds how much
+    other software stacks gain from mixed precision (:data:`FP16_STACK_LOG`), which no row of the
+    user's measured."""
     profiled_on: str | None = None
     """The GPU a profile timed the model on, when the query runs on another GPU type: the query took
     :data:`OTHER_MACHINE_SHARE` of what the profile changes, the rest the calibration's."""
@@ -327,7 +331,8 @@ class ThroughputPrediction:
         return {"throughput": self.throughput, "low": self.low, "high": self.high,
                 "iteration_time_s": self.iteration_time_s, "sync_time_s": self.sync_time_s, "bottleneck": self.bottleneck,
                 "extrapolated": self.extrapolated, "notes": list(self.notes), "per_group": list(self.per_group),
-                "measured_step": self.measured_step, "profiled_on": self.profiled_on}
+                "measured_step": self.measured_step, "profiled_on": self.profiled_on,
+                "stack_borrowed": self.stack_borrowed}
 
 
 def _resolve_groups(cluster: ClusterSpec) -> list[tuple[ClusterGroup, str, int]]:
@@ -1049,6 +1054,12 @@ class ThroughputModel:
         up, down = net_sides
         return math.hypot(core, down), math.hypot(core, up)
 
+    def _borrows_stack(self, q: _Query) -> bool:
+        """Whether ``q``'s mixed-precision gain is another software stack's: an fp16 query off the
+        pooled calibration (no rows of the user's), unless a profile timed the user's stack in fp16."""
+        return (not (self.own_gpus_ or self.own_models_) and q.precision != getattr(self, "stack_timed_", None)
+                and any(_path(q, name) == "fp16" for _g, name, _n in _resolve_groups(q.cluster)))
+
     def _half_width(self, q: _Query, notes: list[tuple[str, float]], over_share: float = 0.0) -> float:
         """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
         what each reason it is outside the fitted data adds (1.645 standard deviations).
@@ -1065,8 +1076,7 @@ class ThroughputModel:
             level = self.spread_log_.get("study_pooled", self.spread_log_.get("study", STUDY_LOG))
             over = self.spread_log_.get("study_over", 0.0) * over_share
             extra = math.sqrt(sum(sd * sd for _n, sd in notes) + level * level + over * over)
-            if q.precision != getattr(self, "stack_timed_", None) and any(
-                    _path(q, name) == "fp16" for _g, name, _n in _resolve_groups(q.cluster)):
+            if self._borrows_stack(q):
                 extra = max(extra, math.hypot(max(level, FP16_STACK_LOG), over))
             return math.sqrt(base * base + (Z90 * extra) ** 2)
         extra = math.sqrt(sum(sd * sd for _n, sd in notes))
@@ -1125,7 +1135,7 @@ class ThroughputModel:
                 throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=it,
                 bottleneck=an.bottleneck(q.ps, parts, i), extrapolated=bool(notes), notes=tuple(notes),
                 sync_time_s=float(parts["t_sync"][i]) if q.ps == 0 else None,
-                measured_step=bool(np.all(anchors[i, : len(resolved[i])] != 0.0)),
+                measured_step=bool(np.all(anchors[i, : len(resolved[i])] != 0.0)), stack_borrowed=self._borrows_stack(q),
                 per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
         if far and warn:
             more = f" (and {len(far) - 1} more queries outside the fitted data)" if len(far) > 1 else ""
@@ -1260,7 +1270,7 @@ class ThroughputModel:
             throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=parts["t_w"],
             bottleneck=an.bottleneck_of(q.ps, parts), extrapolated=bool(notes), notes=tuple(notes),
             sync_time_s=parts["t_sync"] if q.ps == 0 else None, measured_step=all(a != 0.0 for a in anchors),
-            per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
+            stack_borrowed=self._borrows_stack(q), per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
                             for (g, name, gpn), x in zip(resolved, per)))
         return _toward(out, self.prior.predict_one(q).throughput) if self._other_machine(q) else out
 
