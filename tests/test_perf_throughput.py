@@ -119,6 +119,9 @@ def test_mixed_precision_off_the_calibration_carries_the_stacks_spread(monkeypat
     assert with_stack[0] >= 2 * throughput.Z90 * stack - 1e-9
     assert with_stack[1] == pytest.approx(without[1])
     assert with_stack[2] == pytest.approx(without[2])
+    # A shipped study's own fp16 row runs that study's stack, which the calibration fitted.
+    row = next(r for r in load_shipped(("lambda",)) if r.precision == "fp16" and r.model == "resnet50")
+    assert not m.predict([row], warn=False)[0].stack_borrowed and m.predict_one(_Query.of(row)).stack_borrowed
     # A profile timed the user's own stack in fp16: its mixed-precision gain is measured, not borrowed.
     monkeypatch.setattr(throughput, "FP16_STACK_LOG", stack)
     w = Workload(**{**Workload.from_zoo("resnet50", 256).__dict__, "precision": "fp16"})

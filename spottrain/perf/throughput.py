@@ -1034,7 +1034,7 @@ class ThroughputModel:
         return None
 
     def _half_widths(self, q: _Query, notes: list[tuple[str, float]], over_share: float, net_note: str | None,
-                     net_sides: tuple[float, float]) -> tuple[float, float]:
+                     net_sides: tuple[float, float], row=None) -> tuple[float, float]:
         """(below, above) half-widths (log) of ``q``'s ~90 % interval.
 
         Where the achieved network rate is only its prior's (``net_note``), that reason's width is
@@ -1047,20 +1047,23 @@ class ThroughputModel:
         4-GPU T4 nodes, fitted without Pollux: 0.48 up and 0.84 down in log for this reason, 0.70 each
         way linearised; Pollux held out then covers 93.8 % of its rows, 96.8 % linearised)."""
         if net_note is None:
-            half = self._half_width(q, notes, over_share)
+            half = self._half_width(q, notes, over_share, row)
             return half, half
         rest = [(n, sd) for n, sd in notes if n != net_note]
-        core = self._half_width(q, rest, over_share)
+        core = self._half_width(q, rest, over_share, row)
         up, down = net_sides
         return math.hypot(core, down), math.hypot(core, up)
 
-    def _borrows_stack(self, q: _Query) -> bool:
+    def _borrows_stack(self, q: _Query, row=None) -> bool:
         """Whether ``q``'s mixed-precision gain is another software stack's: an fp16 query off the
-        pooled calibration (no rows of the user's), unless a profile timed the user's stack in fp16."""
+        pooled calibration (no rows of the user's), unless a profile timed the user's stack in fp16 or
+        ``q`` is a ``row`` of a fitted study (its study's stack)."""
+        if isinstance(row, Measurement) and _study_of(row) in self.study_effects_:
+            return False
         return (not (self.own_gpus_ or self.own_models_) and q.precision != getattr(self, "stack_timed_", None)
                 and any(_path(q, name) == "fp16" for _g, name, _n in _resolve_groups(q.cluster)))
 
-    def _half_width(self, q: _Query, notes: list[tuple[str, float]], over_share: float = 0.0) -> float:
+    def _half_width(self, q: _Query, notes: list[tuple[str, float]], over_share: float = 0.0, row=None) -> float:
         """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
         what each reason it is outside the fitted data adds (1.645 standard deviations).
 
@@ -1076,7 +1079,7 @@ class ThroughputModel:
             level = self.spread_log_.get("study_pooled", self.spread_log_.get("study", STUDY_LOG))
             over = self.spread_log_.get("study_over", 0.0) * over_share
             extra = math.sqrt(sum(sd * sd for _n, sd in notes) + level * level + over * over)
-            if self._borrows_stack(q):
+            if self._borrows_stack(q, row):
                 extra = max(extra, math.hypot(max(level, FP16_STACK_LOG), over))
             return math.sqrt(base * base + (Z90 * extra) ** 2)
         extra = math.sqrt(sum(sd * sd for _n, sd in notes))
@@ -1124,7 +1127,8 @@ class ThroughputModel:
         far = []
         for i, q in enumerate(qs):
             reasons = self._extrapolation(q, float(parts["cap_share"][i]), float(parts["over_share"][i]), net_notes[i])
-            below, above = self._half_widths(q, reasons, float(parts["over_share"][i]), net_notes[i], tuple(sides[i]))
+            below, above = self._half_widths(q, reasons, float(parts["over_share"][i]), net_notes[i], tuple(sides[i]),
+                                             queries[i])
             notes = [n for n, _sd in reasons]
             if notes:
                 far.append(f"{q.model} on {q.cluster}: " + "; ".join(notes))
@@ -1135,7 +1139,8 @@ class ThroughputModel:
                 throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=it,
                 bottleneck=an.bottleneck(q.ps, parts, i), extrapolated=bool(notes), notes=tuple(notes),
                 sync_time_s=float(parts["t_sync"][i]) if q.ps == 0 else None,
-                measured_step=bool(np.all(anchors[i, : len(resolved[i])] != 0.0)), stack_borrowed=self._borrows_stack(q),
+                measured_step=bool(np.all(anchors[i, : len(resolved[i])] != 0.0)),
+                stack_borrowed=self._borrows_stack(q, queries[i]),
                 per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn} for g, name, gpn in resolved[i])))
         if far and warn:
             more = f" (and {len(far) - 1} more queries outside the fitted data)" if len(far) > 1 else ""
