@@ -487,6 +487,25 @@ def mixed_precision_rows(rows) -> None:
                score(p, obs(rs)), math.nan, score(peak_baseline(train, rs), obs(rs)), "-",
                f"~90 % interval covers {cover:.1f} %, median width x{width:.2f}{before}; median log miss "
                f"{float(np.median(r[keep])):+.2f} (faster than predicted)")
+    # What one measurement buys: each multi-GPU row with its configuration's 1-GPU row as the profile.
+    key = lambda m: (m.model, gpu_of(m), m.precision, m.batch_size)  # noqa: E731
+    ones = {key(m): m.throughput for m in dle if single(m)}
+    multi = [m for m in dle if not single(m)]
+    got, alone = [], []
+    for m in multi:
+        w = Workload(model=m.model, batch_size=m.batch_size, flops_per_sample=m.flops_per_sample,
+                     param_count=m.param_count, gradient_bytes=4.0 * m.param_count, precision=m.precision,
+                     tensor_count=m.tensor_count)
+        profiled = Workload(**{**w.__dict__, "step_time_s_ref": m.batch_size / ones[key(m)], "ref_gpu": gpu_of(m)})
+        got.append(predict_throughput(profiled, str(m.cluster)))
+        alone.append(predict_throughput(w, str(m.cluster)).throughput)
+    y = obs(multi)
+    inside = float(np.mean([p.low <= t <= p.high for p, t in zip(got, y)])) * 100
+    linear = np.array([ones[key(m)] * m.cluster.total_gpus for m in multi])
+    report("NVIDIA's published 4-8 GPU rows, its 1-GPU row as your profile", len(multi),
+           score(np.array([p.throughput for p in got]), y), score(linear, y), math.nan, "-",
+           f"~90 % interval covers {inside:.1f} %, median width x{float(np.median([p.high / p.low for p in got])):.2f};"
+           f" the calibration alone: {score(np.array(alone), y):.1f}; 'linear' column: N x the 1-GPU row")
 
 
 def unseen_model_rows(rows) -> None:
