@@ -1275,7 +1275,8 @@ class ThroughputModel:
             throughput=thr, low=thr * math.exp(-below), high=thr * math.exp(above), iteration_time_s=parts["t_w"],
             bottleneck=an.bottleneck_of(q.ps, parts), extrapolated=bool(notes), notes=tuple(notes),
             sync_time_s=parts["t_sync"] if q.ps == 0 else None, measured_step=all(a != 0.0 for a in anchors),
-            stack_borrowed=self._borrows_stack(q), per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
+            stack_borrowed=self._borrows_stack(q),
+            per_group=tuple({"gpu": name, "nodes": g.count, "gpus_per_node": gpn, "samples_per_s": x}
                             for (g, name, gpn), x in zip(resolved, per)))
         return _toward(out, self.prior.predict_one(q).throughput) if self._other_machine(q) else out
 
