@@ -42,6 +42,25 @@ def test_predict_queries_writes_columns_and_refuses_overwrite(tmp_path, capsys):
     assert code == 2 and "--force" in err
 
 
+def test_predict_queries_with_measured_throughput_says_how_far_off_and_how_often_inside(tmp_path, capsys):
+    """Queries that carry a measured throughput are scored as a table: mean error and how many fall
+    inside their interval (what anyone can run on real rows of their own)."""
+    q = tmp_path / "q.csv"
+    q.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\n"
+                 "resnet50,128,1xV100,0,sync,369.0,24600000000,25557032\n"   # Lambda's row: inside
+                 "resnet50,128,1xV100:2,0,sync,7100.0,24600000000,25557032\n"  # 10x Lambda's: synthetic, far off
+                 "resnet50,128,1xV100:4,0,sync,,24600000000,25557032\n")      # no measurement: not scored
+    out = tmp_path / "p.csv"
+    code, printed, _ = run(capsys, "predict", "--queries", str(q), "--no-from-store", "--out", str(out))
+    assert code in (0, None)
+    said = " ".join(printed.split())
+    assert "2 queries with a measured throughput" in said and "1 inside their ~90 % interval (50 %)" in said
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for lines in [out.read_text().splitlines()]
+            for line in lines[1:3]]
+    ape = [abs(float(r["throughput_pred"]) - float(r["throughput"])) / float(r["throughput"]) for r in rows]
+    assert f"mean error {100 * sum(ape) / 2:.1f} %" in said
+
+
 def test_bad_table_exits_2_naming_row_and_column(tmp_path, capsys):
     m = tmp_path / "m.csv"
     m.write_text("model,batch_size,cluster,ps,sync,throughput,flops_per_sample,param_count\nx,32,2xQ100,0,sync,5,1e9,10\n")

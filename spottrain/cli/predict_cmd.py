@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from spottrain.errors import InputError
+from spottrain.units import plural
 
 # lazy: cli.main loads every command module at start-up, so what only this command needs (the
 # models, the simulator, the runtime, rich.progress) is imported inside its functions
@@ -212,6 +213,13 @@ def _table(rows, preds, title: str) -> None:
                   "-" if r.throughput is None else f"{r.throughput:,.1f}", f"{p.throughput:,.1f}",
                   f"{p.low:,.0f}-{p.high:,.0f}", p.bottleneck + ("*" if p.extrapolated else ""))
     console.print(t)
+    scored = [(r.throughput, p) for r, p in zip(rows, preds) if r.throughput]
+    if scored:  # queries that carry a measured throughput: how far off, how often inside
+        ape = [abs(p.throughput - y) / y for y, p in scored]
+        inside = sum(p.low <= y <= p.high for y, p in scored)
+        console.print(f"{plural(len(scored), 'query', 'queries')} with a measured throughput: mean error "
+                      f"{100 * sum(ape) / len(ape):.1f} %, {inside} inside their ~90 % interval "
+                      f"({100 * inside / len(scored):.0f} %)", highlight=False)
 
 
 def validate(
