@@ -1058,10 +1058,9 @@ class ThroughputModel:
         """Whether ``q``'s mixed-precision gain is another software stack's: an fp16 query off the
         pooled calibration (no rows of the user's), unless a profile timed the user's stack in fp16 or
         ``q`` is a ``row`` of a fitted study (its study's stack)."""
-        if isinstance(row, Measurement) and _study_of(row) in self.study_effects_:
-            return False
-        return (not (self.own_gpus_ or self.own_models_) and q.precision != getattr(self, "stack_timed_", None)
-                and any(_path(q, name) == "fp16" for _g, name, _n in _resolve_groups(q.cluster)))
+        if q.precision != "fp16" or getattr(self, "stack_timed_", None) == "fp16" or self.own_gpus_ or self.own_models_:
+            return False  # (an fp16 query runs the fp16 path on every GPU: ``_path``)
+        return not (isinstance(row, Measurement) and _study_of(row) in self.study_effects_)
 
     def _half_width(self, q: _Query, notes: list[tuple[str, float]], over_share: float = 0.0, row=None) -> float:
         """Half-width (log) of the ~90 % interval of ``q``: the held-out error of its regime, plus
@@ -1073,16 +1072,15 @@ class ThroughputModel:
         profile timed the user's stack at that precision."""
         widths = getattr(self, "regime_log_", {})
         base = next((widths[k] for k in _width_keys(q) if k in widths), self.interval_log_)
+        extra = math.sqrt(sum(sd * sd for _n, sd in notes))
         if not (self.own_gpus_ or self.own_models_):
             # Calibrated on published studies, not on the user's cluster: every query is another
             # study's, and studies disagree by more than their own residuals (leave one study out).
             level = self.spread_log_.get("study_pooled", self.spread_log_.get("study", STUDY_LOG))
             over = self.spread_log_.get("study_over", 0.0) * over_share
-            extra = math.sqrt(sum(sd * sd for _n, sd in notes) + level * level + over * over)
+            extra = math.hypot(extra, level, over)
             if self._borrows_stack(q, row):
                 extra = max(extra, math.hypot(max(level, FP16_STACK_LOG), over))
-            return math.sqrt(base * base + (Z90 * extra) ** 2)
-        extra = math.sqrt(sum(sd * sd for _n, sd in notes))
         return math.sqrt(base * base + (Z90 * extra) ** 2)
 
     def predict(self, queries, *, warn: bool = True) -> list[ThroughputPrediction]:
