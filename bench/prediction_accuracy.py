@@ -393,6 +393,14 @@ def unseen_board_of_a_fitted_die_rows(rows) -> None:
            f"x{width['arch']:.2f}")
 
 
+def _workload_of(m, **profile) -> Workload:
+    """The workload of measurement row ``m`` (fp32 gradients, 4 bytes a parameter), with ``profile``'s
+    fields (``step_time_s_ref``, ``ref_gpu``) when given: what ``spottrain profile`` of it would give."""
+    return Workload(model=m.model, batch_size=m.batch_size, flops_per_sample=m.flops_per_sample,
+                    param_count=m.param_count, gradient_bytes=4.0 * m.param_count, precision=m.precision,
+                    tensor_count=m.tensor_count, **profile)
+
+
 def profile_transfer_rows(rows) -> None:
     """A profile on one GPU type predicting the same model on another (``spottrain profile`` on the
     machine at hand, then ``predict`` / ``plan`` on a cloud GPU): every one-GPU row of a set as the
@@ -419,9 +427,7 @@ def profile_transfer_rows(rows) -> None:
         half, whole, alone, ys, inside, widths = [], [], [], [], [], []
         for (model, precision, batch), per_gpu in by.items():
             for src, ms in per_gpu.items():
-                w = Workload(model=model, batch_size=batch, flops_per_sample=ms.flops_per_sample,
-                             param_count=ms.param_count, gradient_bytes=4.0 * ms.param_count, precision=precision,
-                             tensor_count=ms.tensor_count)
+                w = _workload_of(ms)
                 profiled = dataclasses.replace(w, step_time_s_ref=batch / ms.throughput, ref_gpu=src)
                 for dst, md in per_gpu.items():
                     if dst == src:
@@ -493,12 +499,9 @@ def mixed_precision_rows(rows) -> None:
     multi = [m for m in dle if not single(m)]
     got, alone = [], []
     for m in multi:
-        w = Workload(model=m.model, batch_size=m.batch_size, flops_per_sample=m.flops_per_sample,
-                     param_count=m.param_count, gradient_bytes=4.0 * m.param_count, precision=m.precision,
-                     tensor_count=m.tensor_count)
-        profiled = Workload(**{**w.__dict__, "step_time_s_ref": m.batch_size / ones[key(m)], "ref_gpu": gpu_of(m)})
-        got.append(predict_throughput(profiled, str(m.cluster)))
-        alone.append(predict_throughput(w, str(m.cluster)).throughput)
+        got.append(predict_throughput(_workload_of(m, step_time_s_ref=m.batch_size / ones[key(m)], ref_gpu=gpu_of(m)),
+                                      str(m.cluster)))
+        alone.append(predict_throughput(_workload_of(m), str(m.cluster)).throughput)
     y = obs(multi)
     inside = float(np.mean([p.low <= t <= p.high for p, t in zip(got, y)])) * 100
     linear = np.array([ones[key(m)] * m.cluster.total_gpus for m in multi])
