@@ -100,7 +100,11 @@ def register(app: typer.Typer) -> None:
 
             loss_curves = read_loss_curves(curves, batch_size=workload.batch_size)
         elif target_loss is not None:
-            loss_curves = _own_curves(workload.model, from_store)
+            from spottrain.perf.own_runs import cli_own_curves
+
+            own = cli_own_curves(from_store, workload.model, echo=_echo, curves_given=False,
+                                 used="steps to the target loss from the")
+            loss_curves = own.curves if own else None
         n_samples = _samples(samples, epochs, dataset_size, target_loss, workload)
         work = {"samples": n_samples} if target_loss is None else {"target_loss": target_loss, "critical_batch": crit,
                                                                    "loss_curves": loss_curves}
@@ -213,24 +217,6 @@ def _workload(profile, model, batch_size, from_store):
     if own:
         workload = calibrated_workload(workload, own, default_model())
     return workload, prof
-
-
-def _own_curves(model: str, from_store: bool | None):
-    """With --target-loss and no --curves: the training-loss curves your runs of ``model`` stored
-    (they take the place of the profile's short curve), or ``None``; says which it used."""
-    from spottrain.perf.own_runs import own_curves
-
-    if from_store is False:
-        return None
-    own = own_curves(model)
-    for line in own.skipped:
-        _echo(line, True)
-    if own:
-        _echo(f"steps to the target loss from the {own.describe()}", False)
-        return own.curves
-    if from_store:
-        _echo(f"--from-store: no loss curves of {model} in {own.store_path}", True)
-    return None
 
 
 def _analytical_plan(workload, work, **kwargs):

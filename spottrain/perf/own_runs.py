@@ -404,9 +404,11 @@ def own_curves(model: str, *, store_path: str | os.PathLike[str] | None = None) 
     return OwnCurves(store_path=path, exists=True, curves=curves, runs=runs, skipped=skipped)
 
 
-def cli_own_curves(flag: bool | None, model: str | None, *, echo, curves_given: bool) -> OwnCurves | None:
-    """``converge --from-store``: the training-loss curves your runs of ``model`` stored, when they
-    are to be fitted, else ``None``; says what it found either way.
+def cli_own_curves(flag: bool | None, model: str | None, *, echo, curves_given: bool,
+                   used: str = "fitted on the") -> OwnCurves | None:
+    """``converge`` / ``plan --target-loss`` ``--from-store``: the training-loss curves your runs of
+    ``model`` stored, when they are to be fitted, else ``None``; says what it found either way
+    (``used`` opens the line that names them).
 
     They are fitted only without ``--curves``: a table's ``loss`` may be a validation loss or
     another metric, and one fit of two metrics answers neither (the note says how to use them).
@@ -433,5 +435,5 @@ def cli_own_curves(flag: bool | None, model: str | None, *, echo, curves_given: 
         echo(f"your runs stored the {own.describe()}: not mixed with --curves, whose values may be another "
              "metric; leave out --curves to fit them", False)
         return None
-    echo(f"fitted on the {own.describe()}", False)
+    echo(f"{used} {own.describe()}", False)
     return own
