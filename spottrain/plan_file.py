@@ -54,6 +54,9 @@ class PlanWorkload:
     target_loss: float | None = None
     epochs: float | None = None
     dataset_size: float | None = None
+    precision: str = "fp32"
+    """What the planned speeds assume the job trains in: ``fp32`` or ``fp16`` (mixed precision).
+    A custom command's measurement rows carry it (the command's own code chooses the precision)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +231,7 @@ class PlanWorkloadSchema(_Strict):
     target_loss: FiniteFloat | None = None
     epochs: PositiveFloat | None = None
     dataset_size: PositiveFloat | None = None
+    precision: Literal["fp32", "fp16"] = "fp32"
 
 
 class PlanPredictionSchema(_Strict):

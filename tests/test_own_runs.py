@@ -157,6 +157,17 @@ def test_what_a_local_job_records_as_its_setup(tmp_path, monkeypatch):
     assert (setup.model, setup.global_batch_size, setup.gpu, setup.flops_per_sample) == ("train", 128, "cpu", None)
     ex = local_setup(job, example="mlp")
     assert ex.model == "example-mlp" and ex.global_batch_size == 128 and ex.param_count > 0
+    # A custom command run on a plan trains the plan's workload: its rows carry the plan's
+    # precision (the built-in examples train in fp32 whatever the plan).
+    import dataclasses
+
+    from test_plan_file import make_plan
+
+    plan = make_plan()
+    plan = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, precision="fp16"))
+    planned = local_setup(job, plan=plan)
+    assert (planned.model, planned.precision, planned.param_count) == ("resnet50", "fp16", 25_557_032)
+    assert local_setup(job, example="mlp", plan=plan).precision == "fp32"
     job.env["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = "lots"
     assert local_setup(job) is None  # a malformed setting costs the rows, not the run
 

@@ -28,6 +28,20 @@ def test_roundtrip(tmp_path):
     assert plan.cluster == "4xV100" and plan.nodes == 4
 
 
+def test_precision_roundtrips_and_a_plan_saved_without_it_is_fp32(tmp_path):
+    import dataclasses
+
+    plan = make_plan()
+    mixed = dataclasses.replace(plan, workload=dataclasses.replace(plan.workload, precision="fp16"))
+    assert Plan.load(mixed.save(tmp_path / "mixed.json")).workload.precision == "fp16"
+    older = plan.to_dict()
+    del older["workload"]["precision"]
+    assert Plan.from_dict(older).workload.precision == "fp32"
+    older["workload"]["precision"] = "fp8"
+    with pytest.raises(InputError, match="precision"):
+        Plan.from_dict(older)
+
+
 def test_refuses_to_overwrite(tmp_path):
     plan = make_plan()
     plan.save(tmp_path / "plan.json")

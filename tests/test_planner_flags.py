@@ -101,12 +101,43 @@ def test_on_demand_share(plan_of):
     (["--ps", "-1"], "--ps"),
     (["--sync", "async", "--ps", "0"], "--ps"),
     (["--on-demand-share", "1.5"], "--on-demand-share"),
+    (["--precision", "fp8"], "--precision"),
     (["--spot-only", "--on-demand-share", "0.3"], "--on-demand-share"),
 ])
 def test_bad_values_are_one_line_errors_naming_the_option(args, opt, capsys):
     code, out, err = run_here(capsys, *BASE, *args)
     assert code == 2, out
     assert opt in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def _per_gpu(plan: Plan) -> float:
+    return plan.prediction.throughput_samples_per_s / sum(g.count * g.gpus_per_node for g in plan.groups)
+
+
+def test_mixed_precision_plans_on_the_tensor_cores_speed_and_says_so_in_the_plan(capsys):
+    # One V100 node meets this deadline at either precision: the plan's speed per GPU is the
+    # fp16 path's (tensor cores) with --precision fp16, and the plan file carries the precision.
+    small = ("--samples", "5M", "--gpus", "V100", "--max-nodes", "1")
+    fp32, fp16 = ((lambda code, out, err: (code, err, Plan.from_dict(json.loads(out)["plan"]) if code == 0 else None))(
+        *run_here(capsys, *BASE, *small, *extra)) for extra in ((), ("--precision", "fp16")))
+    assert fp32[0] == 0 and fp16[0] == 0, (fp32[1], fp16[1])
+    assert fp32[2].workload.precision == "fp32" and fp16[2].workload.precision == "fp16"
+    assert _per_gpu(fp16[2]) > 1.5 * _per_gpu(fp32[2])
+    assert Plan.from_dict(fp16[2].to_dict()).workload.precision == "fp16"
+    # The simulator replays the plan at its precision's speed.
+    from spottrain.sim.markets import _perf_raw
+
+    key = (("V100", 4, 1),)
+    assert _perf_raw(fp16[2])(key) > 1.5 * _perf_raw(fp32[2])(key)
+
+
+def test_precision_with_a_profile_is_refused_naming_the_flag(tmp_path, capsys):
+    prof = tmp_path / "p.json"
+    prof.write_text("{}")
+    code, out, err = run_here(capsys, "--profile", str(prof), "--precision", "fp16", "--samples", "1M",
+                              "--deadline", "8h")
+    assert code == 2 and out == "" and "--precision" in err and "profile" in err
     assert len(err.strip().splitlines()) == 1
 
 

@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         profile: Optional[Path] = typer.Option(None, "--profile", help="Profile JSON from `spottrain profile`."),
         model: Optional[str] = typer.Option(None, "--model", help="Zoo model name (instead of --profile)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch size."),
+        precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (default) or fp16 (mixed precision) for --model; a profile carries the precision it was timed in."),
         samples: Optional[str] = typer.Option(None, "--samples", help="Samples to train (e.g. 115M)."),
         epochs: Optional[float] = typer.Option(None, "--epochs", "--target-epochs", help="Epochs (with --dataset-size)."),
         dataset_size: Optional[str] = typer.Option(None, "--dataset-size", help="Samples per epoch (e.g. 1.28M)."),
@@ -76,11 +77,12 @@ def register(app: typer.Typer) -> None:
         workload, work, the analytical plan, the refine by simulation, the output."""
         from spottrain.cli import options
 
-        sync = _check_flags(batch_size=batch_size, max_nodes=max_nodes, max_types=max_types, ps=ps, sync=sync,
-                            confidence=confidence, on_demand_share=on_demand_share, epochs=epochs,
-                            target_loss=target_loss, refine_runs=refine_runs, model=model, clouds=clouds, gpus=gpus,
-                            regions=regions, zones=zones, profile=profile, curves=curves, catalog_path=catalog_path,
-                            out=out, report=report, force=force)
+        sync, precision = _check_flags(batch_size=batch_size, precision=precision, max_nodes=max_nodes,
+                                       max_types=max_types, ps=ps, sync=sync, confidence=confidence,
+                                       on_demand_share=on_demand_share, epochs=epochs, target_loss=target_loss,
+                                       refine_runs=refine_runs, model=model, clouds=clouds, gpus=gpus,
+                                       regions=regions, zones=zones, profile=profile, curves=curves,
+                                       catalog_path=catalog_path, out=out, report=report, force=force)
         deadline_s = options.duration(deadline, "--deadline", require_unit=True)
         budget_usd = parse_money_usd(budget, option="--budget") if budget is not None else None
         cap_usd = parse_money_usd(hard_cap, option="--hard-cap") if hard_cap is not None else None
@@ -93,7 +95,7 @@ def register(app: typer.Typer) -> None:
                                      refine_runs=refine_runs, refine_budget=refine_budget, refine=refine,
                                      exclude_traces=exclude_traces, out=out, force=force, profile=profile,
                                      model=model)
-        workload, prof = _workload(profile, model, batch_size, from_store)
+        workload, prof = _workload(profile, model, batch_size, from_store, precision)
         loss_curves = None
         if curves is not None:
             from spottrain.perf.convergence import read_loss_curves  # lazy: only with --curves
@@ -128,13 +130,19 @@ def register(app: typer.Typer) -> None:
         _output(result, refinement, out=out, report=report, force=force, as_json=as_json)
 
 
-def _check_flags(*, batch_size, max_nodes, max_types, ps, sync, confidence, on_demand_share, epochs, target_loss,
-                 refine_runs, model, clouds, gpus, regions, zones, profile, curves, catalog_path, out, report,
-                 force) -> str:
-    """Each flag's own range and form (one-line errors naming the flag); returns the checked --sync."""
+def _check_flags(*, batch_size, precision, max_nodes, max_types, ps, sync, confidence, on_demand_share, epochs,
+                 target_loss, refine_runs, model, clouds, gpus, regions, zones, profile, curves, catalog_path, out, report,
+                 force) -> tuple[str, str]:
+    """Each flag's own range and form (one-line errors naming the flag); returns the checked --sync
+    and --precision (fp32 when not given)."""
     from spottrain.cli import options
 
     options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
+    if precision is not None:
+        precision = options.choice(precision, "--precision", ("fp32", "fp16"))
+        if profile is not None:
+            raise InputError("--precision is for --model: a profile was timed in its own precision "
+                             "(spottrain profile --precision amp times mixed precision)", column="--precision")
     options.count(max_nodes, "--max-nodes", high=options.MAX_NODES, why="no cloud grants one account more")
     options.count(max_types, "--max-types", high=10)
     options.count(ps, "--ps", low=0, high=1000)
@@ -160,7 +168,7 @@ def _check_flags(*, batch_size, max_nodes, max_types, ps, sync, confidence, on_d
     options.input_file(catalog_path, "--catalog")
     options.output(out, "--out", force=force)
     options.output(report, "--report", force=force)
-    return sync
+    return sync, precision or "fp32"
 
 
 def _check_combinations(*, deadline_s, budget_usd, crit, curves, target_loss, spot_only, on_demand_anchor, refine_runs,
@@ -191,7 +199,7 @@ def _check_combinations(*, deadline_s, budget_usd, crit, curves, target_loss, sp
     return bool(refine)
 
 
-def _workload(profile, model, batch_size, from_store):
+def _workload(profile, model, batch_size, from_store, precision="fp32"):
     """The workload of --profile or --model, calibrated on the store's own runs of it when asked
     (or by default when there are some); returns it and the loaded profile (None with --model)."""
     from spottrain.perf import Workload, default_model
@@ -211,7 +219,7 @@ def _workload(profile, model, batch_size, from_store):
                 canonical_model(model)
             except Exception:
                 raise UnknownNameError("model", model, [*names, *published_names()]) from None
-        workload = Workload.from_zoo(model, batch_size)
+        workload = Workload.from_zoo(model, batch_size, precision=precision)
     own = cli_own_runs(from_store, workload.model, echo=_echo, batch_size=workload.batch_size,
                        precision=workload.precision, how="; they calibrate the model's speed, as a profile does")
     if own:

@@ -561,14 +561,15 @@ def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None) -> An
     gpus = {g.gpu for g in plan.groups}
     gpu = next(iter(gpus)) if len(gpus) == 1 and next(iter(gpus)).lower() != "cpu" else ""
     w = plan.workload
-    model, flops, params, tensors = w.model, w.flops_per_sample, w.param_count, None
+    model, flops, params, tensors, precision = w.model, w.flops_per_sample, w.param_count, None, w.precision
     if example:
         from spottrain.runtime.record import example_figures
 
         model, flops, params, tensors = example_figures(example)
+        precision = "fp32"  # the built-in examples train in fp32
     nets = {g.network_gbps for g in plan.groups}
     return RunSetup(model=model, global_batch_size=int(settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE") or 0), gpu=gpu,
-                    flops_per_sample=flops, param_count=params, tensor_count=tensors,
+                    flops_per_sample=flops, param_count=params, tensor_count=tensors, precision=precision,
                     network_gbps=nets.pop() if len(nets) == 1 else None, source="spottrain run --backend skypilot")
 
 

@@ -423,7 +423,7 @@ def to_plan(ctx: Context, o: Outcome, *, objective: str | None = None, explanati
     )
     pw = PlanWorkload(model=w.model, batch_size=int(w.batch_size), samples_total=ctx.work_of(o.picks),
                       flops_per_sample=float(w.flops_per_sample), param_count=int(w.param_count),
-                      gradient_bytes=float(w.gradient_bytes))
+                      gradient_bytes=float(w.gradient_bytes), precision=w.precision)
     policy = "deadline-margin" if (ctx.limits.deadline_s is not None and spot_nodes) else "replace-same"
     return Plan(workload=pw, groups=groups, ps=ctx.job.ps, sync=ctx.job.sync, prediction=pred,
                 checkpoint_interval_s=float(interval), deadline_s=ctx.limits.deadline_s,

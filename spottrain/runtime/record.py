@@ -299,6 +299,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
     env = {**os.environ, **job.env}
     batch_text = env.get("SPOTTRAIN_GLOBAL_BATCH_SIZE")
     flops = params = tensors = None
+    precision = "fp32"
     if example is not None:
         from spottrain.runtime.examples import get_example
 
@@ -312,7 +313,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
         batch = int(batch_text) if batch_text else 0
         if plan is not None:
             w = plan.workload
-            model, flops, params = w.model, w.flops_per_sample, w.param_count
+            model, flops, params, precision = w.model, w.flops_per_sample, w.param_count, w.precision
         else:
             script = next((a for a in job.command[1:] if not a.startswith("-")), job.command[0])
             model = Path(script).stem
@@ -321,7 +322,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
     return RunSetup(model=model, global_batch_size=batch, gpu=gpu, gpus_shared=shared,
                     rescale=env.get("SPOTTRAIN_RESCALE", "accumulate"),
                     planned_world_size=int(planned) if planned else None, flops_per_sample=flops, param_count=params,
-                    tensor_count=tensors)
+                    tensor_count=tensors, precision=precision)
 
 
 def _worker_device(setting: str, workers: int = 1) -> tuple[str, bool]:

@@ -392,6 +392,7 @@ def _perf_raw(plan: Plan) -> Callable[[tuple[tuple[str, int, int], ...]], float]
     workload = Workload(
         model=w.model, batch_size=w.batch_size, flops_per_sample=w.flops_per_sample,
         param_count=w.param_count, gradient_bytes=w.gradient_bytes, step_time_s_ref=None, ref_gpu=None,
+        precision=w.precision,
     )
 
     def raw(key: tuple[tuple[str, int, int], ...]) -> float:
