@@ -168,8 +168,29 @@ def test_what_a_local_job_records_as_its_setup(tmp_path, monkeypatch):
     planned = local_setup(job, plan=plan)
     assert (planned.model, planned.precision, planned.param_count) == ("resnet50", "fp16", 25_557_032)
     assert local_setup(job, example="mlp", plan=plan).precision == "fp32"
+    # spottrain run --precision says what the command trains in, over the plan's or without a plan.
+    assert local_setup(job, plan=plan, precision="fp32").precision == "fp32"
+    assert local_setup(job, precision="fp16").precision == "fp16"
+    from spottrain.cli.run_cmd import _fleet_setup
+
+    assert _fleet_setup(plan, {"SPOTTRAIN_GLOBAL_BATCH_SIZE": "256"}, None).precision == "fp16"
+    assert _fleet_setup(plan, {}, None, "fp32").precision == "fp32"
+    assert _fleet_setup(plan, {}, "mlp").precision == "fp32"
     job.env["SPOTTRAIN_GLOBAL_BATCH_SIZE"] = "lots"
     assert local_setup(job) is None  # a malformed setting costs the rows, not the run
+
+
+@pytest.mark.parametrize("args,why", [(["--precision", "fp8", "--", "python", "t.py"], "fp8"),
+                                      (["--precision", "fp16", "--example", "mlp"], "built-in examples")])
+def test_run_precision_is_checked_before_anything_starts(args, why, tmp_path, capsys, monkeypatch):
+    from spottrain.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--backend", "local", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--precision" in err and why in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # no run directory, no store
 
 
 # --------------------------------------------------------------------------- predict --from-store

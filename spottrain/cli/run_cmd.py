@@ -54,6 +54,7 @@ def run(
     example: Annotated[str | None, typer.Option(help="Built-in example job: cifar-resnet or mlp (else give -- COMMAND).")] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to train.")] = None,
     global_batch: Annotated[int | None, typer.Option("--global-batch", help="Samples per step (kept across world-size changes).")] = None,
+    precision: Annotated[str | None, typer.Option(help="What your command trains in, for the run's measured rows: fp32 or fp16 (mixed precision). Default: the plan's, else fp32.")] = None,
     rescale: Annotated[str, typer.Option(help="On a world-size change: accumulate (keep the global batch) or scale-lr.")] = "accumulate",
     inject: Annotated[str | None, typer.Option(help="Faults: kill:1@20s,sigterm:2@40s,kill:chief@step50,kill:0@ckpt.")] = None,
     inject_trace: Annotated[Path | None, typer.Option("--inject-trace", help="JSON list of {time_s, worker, kind} (a simulator schedule).")] = None,
@@ -135,6 +136,7 @@ class _Request:
     example: str | None
     steps: int | None
     global_batch: int | None
+    precision: str | None
     rescale: str
     inject: str | None
     inject_trace: Path | None
@@ -182,6 +184,10 @@ def _read_request(command: list[str], flags: dict[str, Any]) -> _Request:
     if r.global_batch is not None and r.workers is not None and r.global_batch < r.workers:
         raise InputError(f"a global batch of {r.global_batch} cannot give each of {r.workers} workers a sample per "
                          "step", column="--global-batch")
+    precision = None if r.precision is None else options.choice(r.precision, "--precision", ("fp32", "fp16"))
+    if precision == "fp16" and r.example:
+        raise InputError("the built-in examples train in fp32; --precision labels the rows of your own command",
+                         column="--precision")
     options.count(r.keep, "--keep", high=1000)
     options.count(r.checkpoint_every, "--checkpoint-every", high=10**9)
     options.count(r.seed, "--seed", low=0, high=options.MAX_SEED)
@@ -205,7 +211,7 @@ def _read_request(command: list[str], flags: dict[str, Any]) -> _Request:
                          column="--example")
     if r.rescale not in ("accumulate", "scale-lr"):
         raise InputError(f"expected accumulate or scale-lr, got {r.rescale!r}", column="--rescale")
-    return replace(r, backend=backend)
+    return replace(r, backend=backend, precision=precision)
 
 
 def _policy_name(policy: str | None, plan: Any) -> str:
@@ -314,7 +320,7 @@ def _report_local(summary: Any, request: _Request, plan: Any, job: Any) -> None:
     if not request.no_record:
         from spottrain.runtime.record import local_setup, record_run
 
-        setup = local_setup(job, example=request.example, plan=plan)
+        setup = local_setup(job, example=request.example, plan=plan, precision=request.precision)
         where = record_run(summary, _EVENTS, store_path=str(request.store) if request.store else None,
                            plan=plan.to_dict() if plan else None, backend="local", setup=setup)
     if request.as_json:
@@ -537,7 +543,7 @@ def _skypilot_elastic(request: _Request, plan: Any, command: list[str], job_id: 
     if not request.no_record:
         from spottrain.runtime.record import record_fleet_run
 
-        setup = _fleet_setup(plan, settings, request.example)
+        setup = _fleet_setup(plan, settings, request.example, request.precision)
         where = record_fleet_run(job_id, result, plan=plan.to_dict(), setup=setup,
                                  store_path=str(request.store) if request.store else None)
     if request.as_json:
@@ -552,7 +558,7 @@ def _skypilot_elastic(request: _Request, plan: Any, command: list[str], job_id: 
         raise typer.Exit(1)
 
 
-def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None) -> Any:
+def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None, precision: str | None = None) -> Any:
     """What a cloud run's measurement rows describe: the plan's workload on its GPU (one worker per
     node). Plan groups of different GPU types give no GPU (a loss curve only: which node trained
     at which world size is not in the reports)."""
@@ -561,7 +567,8 @@ def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None) -> An
     gpus = {g.gpu for g in plan.groups}
     gpu = next(iter(gpus)) if len(gpus) == 1 and next(iter(gpus)).lower() != "cpu" else ""
     w = plan.workload
-    model, flops, params, tensors, precision = w.model, w.flops_per_sample, w.param_count, None, w.precision
+    model, flops, params, tensors = w.model, w.flops_per_sample, w.param_count, None
+    precision = precision or w.precision
     if example:
         from spottrain.runtime.record import example_figures
 

@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -275,11 +275,14 @@ def record_fleet_run(job_id: str, result: Any, *, plan: dict[str, Any] | None, s
         return None
 
 
-def local_setup(job: Any, *, example: str | None = None, plan: Any = None) -> RunSetup | None:
+def local_setup(job: Any, *, example: str | None = None, plan: Any = None,
+                precision: str | None = None) -> RunSetup | None:
     """The :class:`RunSetup` of a local job, or ``None`` (see :func:`_local_setup`); never raises:
-    a run that trained is not failed by its record."""
+    a run that trained is not failed by its record. ``precision``: what the command trains in
+    (``spottrain run --precision``), else the plan's, else fp32."""
     try:
-        return _local_setup(job, example=example, plan=plan)
+        setup = _local_setup(job, example=example, plan=plan)
+        return setup if setup is None or precision is None else replace(setup, precision=precision)
     except Exception as exc:  # noqa: BLE001 - e.g. a malformed SPOTTRAIN_* variable
         log.warning("no measurement rows for this run: %s", exc)
         return None
