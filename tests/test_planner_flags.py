@@ -125,6 +125,8 @@ def test_mixed_precision_plans_on_the_tensor_cores_speed_and_says_so_in_the_plan
     assert fp32[2].workload.precision == "fp32" and fp16[2].workload.precision == "fp16"
     assert _per_gpu(fp16[2]) > 1.5 * _per_gpu(fp32[2])
     assert Plan.from_dict(fp16[2].to_dict()).workload.precision == "fp16"
+    code, out, err = run_here(capsys, *BASE[:-1], *small, "--precision", "fp16")  # the tables, not --json
+    assert code == 0 and "performance model, mixed precision)" in out
     # The simulator replays the plan at its precision's speed.
     from spottrain.sim.markets import _perf_raw
 

@@ -370,7 +370,8 @@ def _render(result, out, report, refinement=None) -> None:
 
     hl = headline(result, refinement)
     console.print(f"throughput {p.throughput_samples_per_s:,.0f} samples/s ({p.throughput_low:,.0f}-"
-                  f"{p.throughput_high:,.0f}, performance model), "
+                  f"{p.throughput_high:,.0f}, performance model"
+                  + (", mixed precision" if best.workload.precision == "fp16" else "") + "), "
                   f"bottleneck [bold]{explain_bottleneck(p.bottleneck)}[/]")
     lines = headline_lines(hl)
     console.print(f"[bold]{lines[0]}[/]", highlight=False)

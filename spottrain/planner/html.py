@@ -55,7 +55,8 @@ def write_report(result: Any, path: str | Path, *, force: bool = False, refineme
     data = result.to_dict()
     best = result.best
     p = best.prediction
-    r = Report("spottrain plan", subtitle=f"{best.workload.model}, {best.workload.samples_total:,.0f} samples")
+    mixed = ", mixed precision (fp16)" if best.workload.precision == "fp16" else ""
+    r = Report("spottrain plan", subtitle=f"{best.workload.model}{mixed}, {best.workload.samples_total:,.0f} samples")
     hl = headline(result, refinement)
     rows = [{"quantity": k, "value": v} for k, v in (
         ("cluster", best.label),
