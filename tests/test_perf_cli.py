@@ -85,6 +85,20 @@ def test_predict_says_what_the_bottleneck_means_and_what_relieves_it(capsys):
         " ".join(out.split())
 
 
+def test_predict_reads_profiles_name_for_mixed_precision(capsys):
+    # `spottrain profile --precision amp` names it amp; predict, plan and run read amp (and bf16) as fp16.
+    args = ("predict", "--model", "resnet50", "--batch-size", "64", "--cluster", "1xA100-80GB", "--no-from-store",
+            "--json")
+    got = {}
+    for spelled in ("fp16", "amp", "BF16", "fp32"):
+        code, out, _ = run(capsys, *args, "--precision", spelled)
+        assert code in (0, None)
+        got[spelled] = json.loads(out)["throughput"]
+    assert got["amp"] == got["fp16"] == got["BF16"] > 1.2 * got["fp32"]
+    code, out, err = run(capsys, *args, "--precision", "int8")
+    assert code == 2 and out == "" and "--precision" in err and "int8" in err
+
+
 def test_predict_says_when_the_compute_step_is_one_your_rows_measured(tmp_path, capsys):
     # synthetic rows: one V100 at two batch sizes; a 2-node query at one of them takes its measured step
     m = tmp_path / "synthetic_one_gpu.csv"

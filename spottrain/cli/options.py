@@ -154,6 +154,15 @@ def choice(value: str | None, flag: str, known: Sequence[str], *, kind: str | No
     return hit
 
 
+def precision(value: str | None, flag: str = "--precision") -> str | None:
+    """A precision as the performance model names it: ``fp32``, or ``fp16`` for mixed precision,
+    which ``amp`` (``spottrain profile``'s name) and ``bf16`` also mean."""
+    if value is None:
+        return None
+    spelled = choice(value, flag, ("fp32", "fp16", "amp", "bf16"))
+    return "fp32" if spelled == "fp32" else "fp16"
+
+
 def gpu(value: str | None, flag: str = "--gpu") -> str | None:
     """A GPU name: a clean name (:func:`name`) that the GPU registry knows (aliases accepted)."""
     if value is None:

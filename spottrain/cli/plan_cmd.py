@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         profile: Optional[Path] = typer.Option(None, "--profile", help="Profile JSON from `spottrain profile`."),
         model: Optional[str] = typer.Option(None, "--model", help="Zoo model name (instead of --profile)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-GPU batch size."),
-        precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (default) or fp16 (mixed precision) for --model; a profile carries the precision it was timed in."),
+        precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (default) or fp16 (mixed precision; amp and bf16 mean fp16) for --model; a profile carries the precision it was timed in."),
         samples: Optional[str] = typer.Option(None, "--samples", help="Samples to train (e.g. 115M)."),
         epochs: Optional[float] = typer.Option(None, "--epochs", "--target-epochs", help="Epochs (with --dataset-size)."),
         dataset_size: Optional[str] = typer.Option(None, "--dataset-size", help="Samples per epoch (e.g. 1.28M)."),
@@ -139,7 +139,7 @@ def _check_flags(*, batch_size, precision, max_nodes, max_types, ps, sync, confi
 
     options.count(batch_size, "--batch-size", high=options.MAX_BATCH)
     if precision is not None:
-        precision = options.choice(precision, "--precision", ("fp32", "fp16"))
+        precision = options.precision(precision)
         if profile is not None:
             raise InputError("--precision is for --model: a profile was timed in its own precision "
                              "(spottrain profile --precision amp times mixed precision)", column="--precision")

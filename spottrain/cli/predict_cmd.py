@@ -57,7 +57,7 @@ def predict(
     sync: Annotated[str, typer.Option(help="sync or async.")] = "sync",
     network_gbps: Annotated[float | None, typer.Option(help="Per-node network bandwidth (default: the GPU's usual instance).")] = None,
     cloud: Annotated[str | None, typer.Option(help="aws, gcp or azure: whose network the nodes cross (instance types say their own).")] = None,
-    precision: Annotated[str, typer.Option(help="fp32 or fp16 (mixed precision) for --model.")] = "fp32",
+    precision: Annotated[str, typer.Option(help="fp32 or fp16 (mixed precision; amp and bf16 mean fp16) for --model.")] = "fp32",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON to stdout.")] = False,
     from_store: Annotated[bool | None, typer.Option("--from-store/--no-from-store", help="Add the measured rows of your own runs (spottrain run) of this model to the fit; default: on when the store has some.")] = None,
 ) -> None:
@@ -93,7 +93,7 @@ def _check_flags(*, measurements: Path | None, queries: Path | None, out: Path |
     options.count(ps, "--ps", low=0, high=1000)
     options.positive(network_gbps, "--network-gbps", high=options.MAX_NETWORK_GBPS)
     sync = options.choice(sync, "--sync", ("sync", "async"))
-    precision = options.choice(precision, "--precision", ("fp32", "fp16"))
+    precision = options.precision(precision)
     if cloud is not None:
         from spottrain.perf.measurements import CLOUDS
 

@@ -54,7 +54,7 @@ def run(
     example: Annotated[str | None, typer.Option(help="Built-in example job: cifar-resnet or mlp (else give -- COMMAND).")] = None,
     steps: Annotated[int | None, typer.Option(help="Optimizer steps to train.")] = None,
     global_batch: Annotated[int | None, typer.Option("--global-batch", help="Samples per step (kept across world-size changes).")] = None,
-    precision: Annotated[str | None, typer.Option(help="What your command trains in, for the run's measured rows: fp32 or fp16 (mixed precision). Default: the plan's, else fp32.")] = None,
+    precision: Annotated[str | None, typer.Option(help="What your command trains in, for the run's measured rows: fp32 or fp16 (mixed precision; amp and bf16 mean fp16). Default: the plan's, else fp32.")] = None,
     rescale: Annotated[str, typer.Option(help="On a world-size change: accumulate (keep the global batch) or scale-lr.")] = "accumulate",
     inject: Annotated[str | None, typer.Option(help="Faults: kill:1@20s,sigterm:2@40s,kill:chief@step50,kill:0@ckpt.")] = None,
     inject_trace: Annotated[Path | None, typer.Option("--inject-trace", help="JSON list of {time_s, worker, kind} (a simulator schedule).")] = None,
@@ -184,7 +184,7 @@ def _read_request(command: list[str], flags: dict[str, Any]) -> _Request:
     if r.global_batch is not None and r.workers is not None and r.global_batch < r.workers:
         raise InputError(f"a global batch of {r.global_batch} cannot give each of {r.workers} workers a sample per "
                          "step", column="--global-batch")
-    precision = None if r.precision is None else options.choice(r.precision, "--precision", ("fp32", "fp16"))
+    precision = options.precision(r.precision)
     if precision == "fp16" and r.example:
         raise InputError("the built-in examples train in fp32; --precision labels the rows of your own command",
                          column="--precision")
