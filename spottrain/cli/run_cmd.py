@@ -562,22 +562,20 @@ def _fleet_setup(plan: Any, settings: dict[str, str], example: str | None, preci
     """What a cloud run's measurement rows describe: the plan's workload on its GPU (one worker per
     node). Plan groups of different GPU types give no GPU (a loss curve only: which node trained
     at which world size is not in the reports)."""
-    from spottrain.runtime.record import RunSetup
+    from spottrain.runtime.record import RunSetup, run_precision
 
     gpus = {g.gpu for g in plan.groups}
     gpu = next(iter(gpus)) if len(gpus) == 1 and next(iter(gpus)).lower() != "cpu" else ""
     w = plan.workload
     model, flops, params, tensors = w.model, w.flops_per_sample, w.param_count, None
-    precision = precision or w.precision
     if example:
         from spottrain.runtime.record import example_figures
 
         model, flops, params, tensors = example_figures(example)
-        precision = "fp32"  # the built-in examples train in fp32
     nets = {g.network_gbps for g in plan.groups}
     return RunSetup(model=model, global_batch_size=int(settings.get("SPOTTRAIN_GLOBAL_BATCH_SIZE") or 0), gpu=gpu,
-                    flops_per_sample=flops, param_count=params, tensor_count=tensors, precision=precision,
-                    network_gbps=nets.pop() if len(nets) == 1 else None, source="spottrain run --backend skypilot")
+                    flops_per_sample=flops, param_count=params, tensor_count=tensors,
+                    precision=run_precision(precision, plan, example or None), network_gbps=nets.pop() if len(nets) == 1 else None, source="spottrain run --backend skypilot")
 
 
 def _sky_events(*, bucket: str | None, quiet: bool) -> Any:

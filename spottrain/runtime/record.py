@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -281,14 +281,21 @@ def local_setup(job: Any, *, example: str | None = None, plan: Any = None,
     a run that trained is not failed by its record. ``precision``: what the command trains in
     (``spottrain run --precision``), else the plan's, else fp32."""
     try:
-        setup = _local_setup(job, example=example, plan=plan)
-        return setup if setup is None or precision is None else replace(setup, precision=precision)
+        return _local_setup(job, example=example, plan=plan, precision=precision)
     except Exception as exc:  # noqa: BLE001 - e.g. a malformed SPOTTRAIN_* variable
         log.warning("no measurement rows for this run: %s", exc)
         return None
 
 
-def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None:
+def run_precision(given: str | None, plan: Any, example: str | None) -> str:
+    """What a run's measurement rows say it trained in: the built-in examples' fp32, else
+    ``spottrain run --precision``, else the plan's, else fp32."""
+    if example is not None:
+        return "fp32"
+    return given or (plan.workload.precision if plan is not None else "fp32")
+
+
+def _local_setup(job: Any, *, example: str | None, plan: Any, precision: str | None = None) -> RunSetup | None:
     """The :class:`RunSetup` of a local job (``LocalJob``); ``global_batch_size`` 0 when its
     samples per step are unknown (a custom command whose batch is set in its own code, not by
     ``--global-batch``): then it leaves a loss curve but no measurement row.
@@ -302,7 +309,6 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
     env = {**os.environ, **job.env}
     batch_text = env.get("SPOTTRAIN_GLOBAL_BATCH_SIZE")
     flops = params = tensors = None
-    precision = "fp32"
     if example is not None:
         from spottrain.runtime.examples import get_example
 
@@ -316,7 +322,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
         batch = int(batch_text) if batch_text else 0
         if plan is not None:
             w = plan.workload
-            model, flops, params, precision = w.model, w.flops_per_sample, w.param_count, w.precision
+            model, flops, params = w.model, w.flops_per_sample, w.param_count
         else:
             script = next((a for a in job.command[1:] if not a.startswith("-")), job.command[0])
             model = Path(script).stem
@@ -325,7 +331,7 @@ def _local_setup(job: Any, *, example: str | None, plan: Any) -> RunSetup | None
     return RunSetup(model=model, global_batch_size=batch, gpu=gpu, gpus_shared=shared,
                     rescale=env.get("SPOTTRAIN_RESCALE", "accumulate"),
                     planned_world_size=int(planned) if planned else None, flops_per_sample=flops, param_count=params,
-                    tensor_count=tensors, precision=precision)
+                    tensor_count=tensors, precision=run_precision(precision, plan, example))
 
 
 def _worker_device(setting: str, workers: int = 1) -> tuple[str, bool]:
