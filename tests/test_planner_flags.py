@@ -115,23 +115,21 @@ def _per_gpu(plan: Plan) -> float:
     return plan.prediction.throughput_samples_per_s / sum(g.count * g.gpus_per_node for g in plan.groups)
 
 
-def test_mixed_precision_plans_on_the_tensor_cores_speed_and_says_so_in_the_plan(capsys):
+def test_mixed_precision_plans_on_the_tensor_cores_speed_and_says_so_in_the_plan(plan_of, capsys):
     # One V100 node meets this deadline at either precision: the plan's speed per GPU is the
     # fp16 path's (tensor cores) with --precision fp16, and the plan file carries the precision.
     small = ("--samples", "5M", "--gpus", "V100", "--max-nodes", "1")
-    fp32, fp16 = ((lambda code, out, err: (code, err, Plan.from_dict(json.loads(out)["plan"]) if code == 0 else None))(
-        *run_here(capsys, *BASE, *small, *extra)) for extra in ((), ("--precision", "fp16")))
-    assert fp32[0] == 0 and fp16[0] == 0, (fp32[1], fp16[1])
-    assert fp32[2].workload.precision == "fp32" and fp16[2].workload.precision == "fp16"
-    assert _per_gpu(fp16[2]) > 1.5 * _per_gpu(fp32[2])
-    assert Plan.from_dict(fp16[2].to_dict()).workload.precision == "fp16"
+    fp32, fp16 = plan_of(*small), plan_of(*small, "--precision", "fp16")
+    assert fp32.workload.precision == "fp32" and fp16.workload.precision == "fp16"
+    assert _per_gpu(fp16) > 1.5 * _per_gpu(fp32)
+    assert Plan.from_dict(fp16.to_dict()).workload.precision == "fp16"
     code, out, err = run_here(capsys, *BASE[:-1], *small, "--precision", "fp16")  # the tables, not --json
     assert code == 0 and "performance model, mixed precision)" in out
     # The simulator replays the plan at its precision's speed.
     from spottrain.sim.markets import _perf_raw
 
     key = (("V100", 4, 1),)
-    assert _perf_raw(fp16[2])(key) > 1.5 * _perf_raw(fp32[2])(key)
+    assert _perf_raw(fp16)(key) > 1.5 * _perf_raw(fp32)(key)
 
 
 def test_precision_with_a_profile_is_refused_naming_the_flag(tmp_path, capsys):
