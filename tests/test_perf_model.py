@@ -75,6 +75,41 @@ def test_shipped_default_parameters_equal_a_fresh_fit():
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-3)
 
 
+def test_grouped_jacobian_equals_one_evaluation_per_parameter(monkeypatch):
+    # Two studies (study levels and overheads), sync times across nodes, several GPUs per node (link
+    # effects), fp16 rows (precision effects) and GPU x model effects: every kind of parameter whose
+    # residual entries the fit's grouped Jacobian reads. An entry missing from a support reads as 0.
+    from spottrain.perf import throughput
+
+    rows = load_shipped(("pollux",))[::10] + load_shipped(("lambda",))[::2]
+    assert any(m.sync_time_s is not None for m in rows) and any(m.precision == "fp16" for m in rows)
+    seen: dict = {}
+    grouped = throughput._grouped_jacobian
+
+    def spy(fun, supports):
+        def recorded(z):
+            seen["x"] = z.copy()
+            return fun(z)
+        seen["fun"], seen["supports"] = fun, supports
+        return grouped(recorded, supports)
+
+    monkeypatch.setattr(throughput, "_grouped_jacobian", spy)
+    model = ThroughputModel().fit(rows)
+    assert model.link_effects_ and len(model.study_effects_) == 2 and model.inter_effects_
+    fun, supports = seen["fun"], seen["supports"]
+    _, jac = grouped(fun, supports)
+    rng = np.random.default_rng(0)
+    for x in (seen["x"], seen["x"] + rng.normal(0.0, 0.05, len(supports))):
+        f0 = fun(x)
+        dense = np.empty((len(f0), len(x)))
+        for k in range(len(x)):
+            h = np.finfo(float).eps ** 0.5 * (1.0 if x[k] >= 0 else -1.0) * max(1.0, abs(x[k]))
+            xx = x.copy()
+            xx[k] += h
+            dense[:, k] = (fun(xx) - f0) / (xx[k] - x[k])
+        np.testing.assert_array_equal(jac(x), dense)
+
+
 def test_uncached_prediction_is_fast():
     w = Workload.from_zoo("resnet50", 64)
 
