@@ -118,6 +118,25 @@ def run(capsys, *args):
     return code, out.out, out.err
 
 
+def test_the_table_marks_a_far_query_and_says_what_the_mark_means(tmp_path, capsys):
+    from importlib import resources
+
+    shipped = resources.files("spottrain").joinpath("data", "measurements", "pollux.csv").read_text().splitlines()
+    table = tmp_path / "m.csv"
+    table.write_text("\n".join(shipped[:4]) + "\n")  # three one-GPU T4 rows of ResNet-18
+    near, far = tmp_path / "near.csv", tmp_path / "far.csv"
+    near.write_text("model,batch_size,cluster,ps,sync,precision\nresnet18-cifar,32,1xT4,0,sync,fp32\n")
+    far.write_text("model,batch_size,cluster,ps,sync,precision\nresnet18-cifar,32,64xT4:4,0,sync,fp32\n"
+                   "resnet18-cifar,32,1xT4,0,sync,fp32\n")
+    code, out, err = run(capsys, "predict", "--measurements", str(table), "--queries", str(far))
+    assert code in (None, 0), err
+    assert err.count("outside the fitted data") == 1 and "64 nodes, fitted up to 1" in err
+    assert out.count("*") == 2 and "* outside the fitted data: the interval is widened" in out
+    code, out, err = run(capsys, "predict", "--measurements", str(table), "--queries", str(near))
+    assert code in (None, 0), err
+    assert "*" not in out and "outside the fitted data" not in out + err
+
+
 @pytest.mark.parametrize("row,column,words", [
     ("resnet50,0,4xV100,0,sync,100,,,", "batch_size", "> 0"),
     ("resnet50,32,1xg4dn.12xlarge:5,0,sync,100,,,", "cluster", "4 GPU(s) per node"),

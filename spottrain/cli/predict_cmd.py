@@ -213,6 +213,8 @@ def _table(rows, preds, title: str) -> None:
                   "-" if r.throughput is None else f"{r.throughput:,.1f}", f"{p.throughput:,.1f}",
                   f"{p.low:,.0f}-{p.high:,.0f}", p.bottleneck + ("*" if p.extrapolated else ""))
     console.print(t)
+    if any(p.extrapolated for p in preds):
+        console.print("* outside the fitted data: the interval is widened (the warning above says why)", highlight=False)
     scored = [(r.throughput, p) for r, p in zip(rows, preds) if r.throughput]
     if scored:  # queries that carry a measured throughput: how far off, how often inside
         ape = [abs(p.throughput - y) / y for y, p in scored]
