@@ -97,7 +97,8 @@ def test_mixed_precision_off_the_calibration_carries_the_stacks_spread(monkeypat
     """Software stacks differ most in what mixed precision gains them (NVIDIA's NHWC scripts train
     ResNet-50 in AMP 1.4x faster on a V100 than Lambda's runs of it): an fp16 query off the shipped
     calibration is at least as wide as that spread, an fp32 one keeps its width, and a query whose
-    other reasons (an unseen model on an unseen cluster size) are wider is not widened twice."""
+    other reasons (an unseen model on an unseen GPU, far beyond the fitted sizes) are wider is not
+    widened twice."""
     from spottrain.perf import throughput
 
     m = default_model()
@@ -109,7 +110,7 @@ def test_mixed_precision_off_the_calibration_carries_the_stacks_spread(monkeypat
                       precision=precision, tensors=None if w is None else w.tensor_count)
 
     seen16, seen32 = query("resnet50", "fp16", "1xV100"), query("resnet50", "fp32", "1xV100")
-    far16 = query("never-seen", "fp16", "64xT4", flops=5e9)
+    far16 = query("never-seen", "fp16", "128xL4:4", flops=5e9)  # unseen model and GPU, far beyond the sizes
     width = lambda q: math.log(m.predict_one(q).high / m.predict_one(q).low)  # noqa: E731
     with_stack = [width(q) for q in (seen16, seen32, far16)]
     stack = throughput.FP16_STACK_LOG
