@@ -119,9 +119,9 @@ def run(capsys, *args):
 
 
 def test_the_table_marks_a_far_query_and_says_what_the_mark_means(tmp_path, capsys):
-    from importlib import resources
+    from spottrain.perf.measurements import shipped_tables
 
-    shipped = resources.files("spottrain").joinpath("data", "measurements", "pollux.csv").read_text().splitlines()
+    shipped = shipped_tables()["pollux"].read_text().splitlines()
     table = tmp_path / "m.csv"
     table.write_text("\n".join(shipped[:4]) + "\n")  # three one-GPU T4 rows of ResNet-18
     near, far = tmp_path / "near.csv", tmp_path / "far.csv"
