@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from spottrain.errors import InputError
 
-_GROUP = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9][A-Za-z0-9._\-]*?)(?::(\d+))?(?::(spot|ondemand|on-demand))?\s*$")
+# A GPU name may hold spaces, as torch and nvidia-smi print it: 1xTesla V100-PCIE-16GB:4.
+_GROUP = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9][A-Za-z0-9._\- ]*?)\s*(?::\s*(\d+))?\s*(?::\s*(spot|ondemand|on-demand))?\s*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +48,8 @@ class ClusterSpec:
 
     @classmethod
     def parse(cls, text: str, *, where: str = "cluster") -> "ClusterSpec":
-        """Parse ``'+'``-joined groups ``NxGPU``, ``NxGPU:G`` or ``NxGPU:G:spot``.
+        """Parse ``'+'``-joined groups ``NxGPU``, ``NxGPU:G`` or ``NxGPU:G:spot``; the GPU name may be
+        the one torch prints (``1xTesla V100-PCIE-16GB:4``).
 
         >>> str(ClusterSpec.parse("1xV100+2xK80"))
         '1xV100+2xK80'

@@ -31,6 +31,9 @@ from spottrain.errors import UnknownNameError
         ("Tesla V100S-PCIE-32GB", "V100S"),
         ("NVIDIA A800-SXM4-80GB", "A800"),
         ("NVIDIA H800", "H800"),
+        ("Tesla V100-PCIE-16GB", "V100-PCIe"),
+        ("Tesla V100-PCIE-32GB", "V100-PCIe"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX6000-Ada"),
     ],
 )
 def test_aliases_resolve_to_canonical_names(alias, canonical):
@@ -50,6 +53,14 @@ def test_published_figures_of_well_known_gpus():
     a100 = gpu_spec("A100")
     assert (a100.fp32_tflops, a100.tf32_tflops, a100.fp16_tflops) == (19.5, 156.0, 312.0)
     assert gpu_spec("T4").nvlink_gbs is None
+
+
+def test_the_pcie_v100_is_a_board_of_its_own_on_the_v100_die():
+    # Azure's NCv3 boards: the datasheet's PCIe column, not the SXM2 one the cloud offers carry.
+    pcie, sxm = gpu_spec("Tesla V100-PCIE-16GB"), gpu_spec("Tesla V100-SXM2-16GB")
+    assert (pcie.fp32_tflops, pcie.fp16_tflops, pcie.tdp_w, pcie.nvlink_gbs) == (14.0, 112.0, 250.0, None)
+    assert (sxm.fp32_tflops, sxm.fp16_tflops, sxm.tdp_w, sxm.nvlink_gbs) == (15.7, 125.0, 300.0, 300.0)
+    assert pcie.die == sxm.die == "GV100" and pcie.memory_bandwidth_gbs == sxm.memory_bandwidth_gbs
 
 
 def test_every_row_is_complete_and_cited():

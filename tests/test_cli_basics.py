@@ -36,7 +36,14 @@ def test_cluster_spec_parse_roundtrip():
     assert spec.total_gpus == 16 and spec.groups[0].gpus_per_node == 8
 
 
-@pytest.mark.parametrize("bad", ["", "4K80", "0xV100", "4xV100:0", "x"])
+def test_cluster_spec_takes_gpu_names_as_torch_prints_them():
+    spec = ClusterSpec.parse("1xTesla V100-PCIE-16GB:4 + 2 x NVIDIA RTX 6000 Ada Generation : 2 : spot")
+    assert [(g.count, g.gpu, g.gpus_per_node, g.spot) for g in spec.groups] == [
+        (1, "Tesla V100-PCIE-16GB", 4, None), (2, "NVIDIA RTX 6000 Ada Generation", 2, True)]
+    assert str(ClusterSpec.parse(str(spec))) == str(spec)
+
+
+@pytest.mark.parametrize("bad", ["", "4K80", "0xV100", "4xV100:0", "x", "4x V100:", "4x:4"])
 def test_cluster_spec_bad(bad):
     with pytest.raises(InputError):
         ClusterSpec.parse(bad)

@@ -76,6 +76,18 @@ def test_monotonic_and_physical():
     assert one.low < one.throughput < one.high
 
 
+def test_a_gpu_named_as_torch_prints_it_is_predicted_as_its_own_board():
+    # Azure's V100s are PCIe boards: 11 % less peak than the SXM2 board and no NVLink between them,
+    # a board no shipped row measured, predicted from its die's fitted V100 and said to be so.
+    w = Workload.from_zoo("resnet50", 64)
+    pcie = predict_throughput(w, "1xTesla V100-PCIE-16GB:4")
+    assert pcie.extrapolated and any("GPU V100-PCIe not in the fitted data" in n and "V100 of its GV100 die" in n
+                                     for n in pcie.notes)
+    sxm = predict_throughput(w, "1xTesla V100-SXM2-16GB:4")
+    assert predict_throughput(w, "1xV100:4").throughput == sxm.throughput
+    assert pcie.throughput < sxm.throughput and pcie.high - pcie.low > (sxm.high - sxm.low) * pcie.throughput / sxm.throughput
+
+
 def test_extrapolation_widens_interval_and_warns():
     m = default_model()
     w = Workload(model="never-seen", batch_size=32, flops_per_sample=5e9, param_count=10_000_000, gradient_bytes=4e7)

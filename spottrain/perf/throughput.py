@@ -1068,8 +1068,8 @@ class ThroughputModel:
                 by_die = kin is not None and kin.by_die
                 one = by_die and len(kin.names) == 1
                 source = (f", nor any {arch} GPU (predicted from its datasheet)" if new_arch
-                          else f" (predicted from its peak FLOPS and bandwidth, and how the fitted {', '.join(kin.names)}"
-                               f" of its {kin.shared} {'falls' if one else 'fall'} from {'its' if one else 'theirs'})"
+                          else f" (predicted from its peak FLOPS and bandwidth, and how far the fitted {', '.join(kin.names)}"
+                               f" of its {kin.shared} {'falls' if one else 'fall'} short of {'its' if one else 'their'} own)"
                           if by_die else " (predicted from its peak FLOPS and bandwidth)")
                 width = min(sp.get("die") or sp["gpu"], sp["gpu"]) if by_die else sp["gpu"]
                 notes.append((f"GPU {name} not in the fitted data{source}", width))
