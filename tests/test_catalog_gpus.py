@@ -34,6 +34,12 @@ from spottrain.errors import UnknownNameError
         ("Tesla V100-PCIE-16GB", "V100-PCIe"),
         ("Tesla V100-PCIE-32GB", "V100-PCIe"),
         ("NVIDIA RTX 6000 Ada Generation", "RTX6000-Ada"),
+        # a memory size after the model number, spaces between (the digits are the model's)
+        ("NVIDIA H200 141GB HBM3e", "H200"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA B200 180GB HBM3e", "B200"),
+        ("Tesla V100-DGXS-32GB", "V100-32GB"),
+        ("Tesla V100-DGXS-16GB", "V100"),
     ],
 )
 def test_aliases_resolve_to_canonical_names(alias, canonical):

@@ -87,13 +87,17 @@ _VENDOR_WORDS = re.compile(r"nvidia|geforce|tesla")
 # Memory size, form factor and memory type, which several boards of one GPU share: the canonical
 # name is tried without them when the full name is unknown ("H100-SXM5" -> H100).
 _BOARD_WORDS = re.compile(r"\d+gb|sxm\d?|hbm\d?e?")
+# The same words as whole parts of a name, before its separators go: in "H200 141GB HBM3e" the
+# memory size must not take the model number's digits with it ("h200141gb").
+_BOARD_PARTS = re.compile(r"(?:nvidia|geforce|tesla|\d+gb|sxm\d?|hbm\d?e?|dgxs)")
 
 
 def _lookup_keys(name: str) -> list[str]:
     """Keys tried in turn: the name, then without vendor words, then also without board words."""
     alnum = "".join(ch for ch in name.lower() if ch.isalnum())
     bare = _VENDOR_WORDS.sub("", alnum)
-    return list(dict.fromkeys([_key(name), alnum, bare, _BOARD_WORDS.sub("", bare)]))
+    parts = "".join(p for p in re.split(r"[^a-z0-9]+", name.lower()) if p and not _BOARD_PARTS.fullmatch(p))
+    return list(dict.fromkeys([_key(name), alnum, bare, _BOARD_WORDS.sub("", bare), parts]))
 
 
 def _opt(value: str) -> float | None:
