@@ -100,3 +100,19 @@ def test_the_calibration_applies_a_study_s_measured_steps_to_that_study_s_rows_o
     unnamed = dataclasses.replace(m, extra={})
     assert cal.predict([unnamed], warn=False)[0].throughput == pytest.approx(
         plain.predict([unnamed], warn=False)[0].throughput, rel=1e-12)
+
+
+def test_a_table_that_spells_a_zoo_network_its_own_way_shares_its_fitted_speed(pollux_resnet50):
+    # "ResNet-50" in a user's table or query is the zoo's resnet50: the shipped rows' fitted effect,
+    # and the user's measured step at that name.
+    one_node, _multi, _user = pollux_resnet50
+    prior = default_model()
+    query = dataclasses.replace(one_node[0], model="resnet50", cluster=type(one_node[0].cluster).parse("1xV100"))
+    spelled = [dataclasses.replace(query, model=name) for name in ("ResNet-50", "resnet_50", "RESNET50")]
+    (ref,), others = prior.predict([query], warn=False), prior.predict(spelled, warn=False)
+    assert {(p.throughput, p.low, p.high, p.notes) for p in others} == {(ref.throughput, ref.low, ref.high, ref.notes)}
+    assert not ref.notes  # a fitted network, not one "predicted from its FLOPs"
+    single = [dataclasses.replace(m, model="ResNet-50") for m in one_node if m.cluster.total_gpus == 1]
+    user = ThroughputModel(prior=prior, folds=0, correction="none").fit(single)
+    for m, p in zip(single, user.predict([dataclasses.replace(m, model="resnet50") for m in single], warn=False)):
+        assert p.throughput == pytest.approx(one_gpu_rate(single, m.batch_size), rel=1e-9)

@@ -36,6 +36,7 @@ from spottrain.perf.hardware import clouds_name, device, instance_cloud, instanc
 from spottrain.perf.measurements import Measurement, load_shipped
 from spottrain.perf.placement import ps_load_share
 from spottrain.perf.workload import Workload, estimate_tensor_count, input_pixels, known_intensity, known_tensor_count
+from spottrain.profiler.zoo_info import canonical_model, is_zoo_model
 from spottrain.types import ClusterGroup, ClusterSpec
 
 
@@ -219,7 +220,7 @@ def _measured_steps(rows: list[Measurement], residuals: np.ndarray, one_study: b
     acc: dict[str, dict[int, list[float]]] = {}
     for m, r in zip(rows, residuals):
         if m.ps == 0 and m.cluster.total_gpus == 1 and math.isfinite(r):
-            key = _step_key(ANY_STUDY if one_study else _study_of(m), m.model,
+            key = _step_key(ANY_STUDY if one_study else _study_of(m), _model_key(m.model),
                             device(m.cluster.groups[0].gpu).name, m.precision)
             acc.setdefault(key, {}).setdefault(m.batch_size, []).append(float(r))
     return {k: [x for b in sorted(v) for x in (math.log(b), float(np.mean(v[b])))] for k, v in acc.items()}
@@ -354,6 +355,14 @@ def _resolve_groups(cluster: ClusterSpec) -> list[tuple[ClusterGroup, str, int]]
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _model_key(name: str) -> str:
+    """The zoo's name of a zoo network written another way (``ResNet-50``, ``VGG-16``, ``bert-base-uncased``),
+    so that a table's rows and queries share the effects fitted on the shipped rows of that network;
+    any other name as written (the shipped tables' own names, ``bert_base_squad``, are not zoo aliases)."""
+    return canonical_model(name) if is_zoo_model(name) else name
+
+
 @dataclass
 class _Query:
     """A configuration to encode: the common form of measurements and ad-hoc queries."""
@@ -380,7 +389,7 @@ class _Query:
 
     @classmethod
     def of(cls, m: Measurement) -> "_Query":
-        return cls(model=m.model, batch_size=m.batch_size, cluster=m.cluster, ps=m.ps, sync=m.sync,
+        return cls(model=_model_key(m.model), batch_size=m.batch_size, cluster=m.cluster, ps=m.ps, sync=m.sync,
                    flops=m.flops_per_sample, grad=m.gradient_bytes, precision=m.precision,
                    network_gbps=m.network_gbps, throughput=m.throughput, tensors=m.tensor_count, input=m.input,
                    cloud=m.cloud, acts=m.activations_per_sample)
@@ -1482,7 +1491,7 @@ def _predict_uncached(workload: Workload, cluster: ClusterSpec | str, *, ps: int
     if sync == "async" and ps == 0:
         raise InputError("asynchronous training needs a parameter server (ps >= 1)", column="ps")
     m = model
-    q = _Query(model=workload.model, batch_size=workload.batch_size, cluster=cluster, ps=ps, sync=sync,
+    q = _Query(model=_model_key(workload.model), batch_size=workload.batch_size, cluster=cluster, ps=ps, sync=sync,
                flops=workload.flops_per_sample, grad=workload.gradient_bytes, precision=workload.precision,
                network_gbps=network_gbps, tensors=workload.tensor_count, cloud=cloud,
                acts=workload.activations_per_sample)
@@ -1508,24 +1517,25 @@ def _calibrated_for(m: ThroughputModel, w: Workload) -> ThroughputModel:
         ref = device(w.ref_gpu)
     except Exception:  # noqa: BLE001 - profiled on a GPU we do not know: ignore the calibration
         return m
+    name = _model_key(w.model)
     # A profile times steps on batches already on the device (no data loader): so is the step it is
     # compared with, or a host pipeline the prediction waits for would be taken for the GPU's work.
-    q = _Query(model=w.model, batch_size=w.batch_size, cluster=ClusterSpec.parse(f"1x{ref.name}"), ps=0, sync="sync",
+    q = _Query(model=name, batch_size=w.batch_size, cluster=ClusterSpec.parse(f"1x{ref.name}"), ps=0, sync="sync",
                flops=w.flops_per_sample, grad=w.gradient_bytes, precision=w.precision, tensors=w.tensor_count,
                acts=w.activations_per_sample, input="device")
     clone = ThroughputModel(**m.get_params())
     clone.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
     clone.model_effects_ = dict(m.model_effects_)
-    clone.model_effects_[w.model] = 0.0
-    clone.model_effects_.pop(_prec_key(w.model, w.precision), None)  # the profile gives the whole effect
+    clone.model_effects_[name] = 0.0
+    clone.model_effects_.pop(_prec_key(name, w.precision), None)  # the profile gives the whole effect
     clone.correction_ = None
     # The profiled step measures the model: its effect carries its traffic (no intensity correction).
-    clone.fitted_models_ = set(m.fitted_models_) | {w.model}
+    clone.fitted_models_ = set(m.fitted_models_) | {name}
     pred = clone.predict([q], warn=False)[0]
     # The GPU-work part of the predicted and the profiled step (their fixed parts are the model's).
     t_pred = an.work_time(w.batch_size / pred.throughput, clone.theta_, q.n_tensors)
     t_meas = max(an.work_time(w.step_time_s_ref, clone.theta_, q.n_tensors), 1e-6)
-    clone.model_effects_[w.model] = math.log(max(t_pred, 1e-9) / t_meas)
+    clone.model_effects_[name] = math.log(max(t_pred, 1e-9) / t_meas)
     clone.fitted_gpus_ = set(m.fitted_gpus_) | {ref.name}
     # The profile ran the user's own stack at this precision: what it gains from mixed precision is
     # measured, not another study's (FP16_STACK_LOG).
