@@ -14,6 +14,25 @@ from spottrain.errors import InputError
 _GROUP = re.compile(r"^\s*(\d+)\s*x\s*([A-Za-z0-9][A-Za-z0-9._\- ]*?)\s*(?::\s*(\d+))?\s*(?::\s*(spot|ondemand|on-demand))?\s*$")
 
 
+PRECISION_SPELLINGS: dict[str, str] = {
+    "fp32": "fp32", "float32": "fp32", "single": "fp32",
+    # TF32 is what fp32 means on Ampere and later GPUs (PyTorch's cuDNN default, the tables' rows)
+    "tf32": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "amp": "fp16", "mixed": "fp16",
+    # bf16 autocast runs the same tensor cores at the same peak as fp16
+    "bf16": "fp16", "bfloat16": "fp16",
+}
+"""How a table or an option may name a precision -> the performance model's two: ``fp32`` (plain or
+TF32) and ``fp16`` (mixed precision on tensor cores)."""
+
+
+def precision_name(text: str | None) -> str | None:
+    """``fp32`` or ``fp16`` for any spelling of :data:`PRECISION_SPELLINGS` (case-insensitive; empty:
+    ``fp32``); ``None`` for anything else."""
+    key = (text or "").strip().lower() or "fp32"
+    return PRECISION_SPELLINGS.get(key)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterGroup:
     """``count`` nodes (workers) of one kind, each with ``gpus_per_node`` GPUs."""

@@ -73,6 +73,21 @@ def test_a_table_without_ps_and_sync_is_synchronous_all_reduce(tmp_path):
         read_measurements(bad)
 
 
+def test_a_precision_is_read_as_other_tables_and_tools_spell_it(tmp_path):
+    """amp, bf16, mixed, half mean mixed precision (fp16); tf32, float32 what fp32 means on Ampere
+    and later GPUs; one table and the CLI's --precision read them alike; anything else names its line."""
+    spellings = {"AMP": "fp16", "bf16": "fp16", "mixed": "fp16", "half": "fp16", "fp16": "fp16",
+                 "tf32": "fp32", "float32": "fp32", "": "fp32"}
+    body = "".join(f"resnet50,64,1xA100,{s}\n" for s in spellings)
+    rows = read_measurements(_write(tmp_path, body, header="model,batch_size,cluster,precision\n"), query=True)
+    assert [r.precision for r in rows] == list(spellings.values())
+    from spottrain.cli.options import precision
+    assert [precision(s) for s in spellings if s] == [v for s, v in spellings.items() if s]
+    with pytest.raises(InputError, match="line 3, column precision.*got 'fp8'"):
+        read_measurements(_write(tmp_path, "resnet50,64,1xA100,amp\nresnet50,64,1xA100,fp8\n",
+                                 header="model,batch_size,cluster,precision\n"), query=True)
+
+
 def test_query_table_may_omit_throughput(tmp_path):
     p = _write(tmp_path, "resnet50,64,4xV100,0,sync,,,\n")
     rows = read_measurements(p, query=True)

@@ -23,6 +23,7 @@ from rich.markup import escape
 from spottrain.catalog.gpus import canonical_gpu
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.units import parse_duration_s
+from spottrain.types import PRECISION_SPELLINGS, precision_name
 
 MAX_NODES = 10_000
 """More nodes than any cloud grants one account in GPU quota (thousands at most)."""
@@ -156,11 +157,14 @@ def choice(value: str | None, flag: str, known: Sequence[str], *, kind: str | No
 
 def precision(value: str | None, flag: str = "--precision") -> str | None:
     """A precision as the performance model names it: ``fp32``, or ``fp16`` for mixed precision,
-    which ``amp`` (``spottrain profile``'s name) and ``bf16`` also mean."""
+    which ``amp`` (``spottrain profile``'s name) and ``bf16`` also mean
+    (:data:`spottrain.types.PRECISION_SPELLINGS`)."""
     if value is None:
         return None
-    spelled = choice(value, flag, ("fp32", "fp16", "amp", "bf16"))
-    return "fp32" if spelled == "fp32" else "fp16"
+    name = precision_name(value) if value.strip() else None
+    if name is None:
+        raise InputError(str(UnknownNameError("precision", value, list(PRECISION_SPELLINGS))), column=flag)
+    return name
 
 
 def gpu(value: str | None, flag: str = "--gpu") -> str | None:

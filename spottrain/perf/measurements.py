@@ -17,7 +17,8 @@ CSV columns (header names exact, order free)::
   (gradient bytes = 4 x param_count). Both are derived from the model zoo when empty and
   ``model`` is a zoo name.
 * ``network_gbps``: per-node network bandwidth; empty = the GPU's documented default.
-* ``precision``: ``fp32`` (default) or ``fp16`` (mixed precision on tensor cores).
+* ``precision``: ``fp32`` (default; ``tf32`` too) or ``fp16`` (mixed precision on tensor cores; ``amp``, ``bf16``
+  too): :data:`spottrain.types.PRECISION_SPELLINGS`.
 * ``tensor_count``: number of parameter tensors (variables) of the model; parameter servers pay
   a per-tensor cost on every update. Empty = estimated from ``param_count``.
 * ``step_time_s``: seconds per optimizer step of the cluster (sync all-reduce rows); with an empty
@@ -53,7 +54,7 @@ import numpy as np
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.perf.hardware import device, instance_gpu_count
 from spottrain.perf.workload import published_architecture, published_flops
-from spottrain.types import ClusterSpec
+from spottrain.types import PRECISION_SPELLINGS, ClusterSpec, precision_name
 
 REQUIRED_COLUMNS = ("model", "batch_size", "cluster", "ps", "sync", "throughput")
 DEFAULTED_COLUMNS = ("ps", "sync")
@@ -63,7 +64,6 @@ OPTIONAL_COLUMNS = ("network_gbps", "flops_per_sample", "param_count", "precisio
                     "sync_time_s", "input", "cloud", "activations_per_sample")
 MAX_GPUS_PER_NODE = 16
 """The most GPUs one node holds (DGX-2, HGX-2: 16); a cluster group asking for more is a typo."""
-PRECISIONS = ("fp32", "fp16")
 INPUTS = ("host", "device")
 CLOUDS = ("aws", "gcp", "azure")
 
@@ -188,9 +188,10 @@ def parse_row(row: dict[str, str], *, file: str | None = None, line: int | None 
     if params is None:
         raise InputError(f"model {model!r} is not in the zoo: fill param_count", file=file, line=line, column="param_count")
     net = parse_number(get("network_gbps"), file=file, line=line, column="network_gbps") if get("network_gbps") else None
-    precision = get("precision").lower() or "fp32"
-    if precision not in PRECISIONS:
-        raise InputError(f"expected one of {', '.join(PRECISIONS)}, got {get('precision')!r}", file=file, line=line, column="precision")
+    precision = precision_name(get("precision"))
+    if precision is None:
+        raise InputError(f"expected one of {', '.join(PRECISION_SPELLINGS)}, got {get('precision')!r}",
+                         file=file, line=line, column="precision")
     tensors = (parse_number(get("tensor_count"), file=file, line=line, column="tensor_count", integer=True)
                if get("tensor_count") else None)
     source = get("input").lower() or "host"
@@ -329,10 +330,10 @@ def _validate_columns(table, *, query: bool) -> list[Measurement]:
             params[i] = zoo_params
     net = table.numbers("network_gbps", required=False)
     prec_raw = table.texts("precision")
-    precision = [p.lower() or "fp32" for p in prec_raw]
+    precision = [precision_name(p) for p in prec_raw]
     for i, p in enumerate(precision):
-        if p not in PRECISIONS:
-            raise table.error(f"expected one of {', '.join(PRECISIONS)}, got {prec_raw[i]!r}", row=i,
+        if p is None:
+            raise table.error(f"expected one of {', '.join(PRECISION_SPELLINGS)}, got {prec_raw[i]!r}", row=i,
                               column="precision")
     tensors = table.numbers("tensor_count", integer=True, required=False)
     in_raw = table.texts("input")

@@ -8,6 +8,7 @@ from typing import Any
 
 from spottrain.errors import InputError, UnknownNameError
 from spottrain.profiler.zoo_info import canonical_model, is_zoo_model, zoo_info, zoo_names
+from spottrain.types import precision_name
 
 # Forward + backward FLOPs per sample (2 FLOPs per multiply-add, backward = 2 x forward) for zoo
 # models, used only while the zoo's generated FLOPs table has no entry.
@@ -253,5 +254,4 @@ class Workload:
                    tensor_count=int(d["tensor_count"]) if d.get("tensor_count") else None,
                    activations_per_sample=float(d["activations_per_sample"]) if d.get("activations_per_sample")
                    else None,
-                   precision=str(d.get("precision") or "fp32").replace("amp", "fp16").replace("bf16", "fp16")
-                   if str(d.get("precision") or "fp32") in ("fp32", "fp16", "amp", "bf16") else "fp32")
+                   precision=precision_name(str(d.get("precision") or "")) or "fp32")
