@@ -22,8 +22,8 @@ from rich.markup import escape
 
 from spottrain.catalog.gpus import canonical_gpu
 from spottrain.errors import InputError, UnknownNameError
-from spottrain.units import parse_duration_s
 from spottrain.types import PRECISION_SPELLINGS, precision_name
+from spottrain.units import parse_duration_s
 
 MAX_NODES = 10_000
 """More nodes than any cloud grants one account in GPU quota (thousands at most)."""
