@@ -1,5 +1,7 @@
 """GPU spec table: canonical names, aliases, near-miss suggestions, published figures."""
 
+import math
+
 import pytest
 
 from spottrain.catalog import canonical_gpu, gpu_label, gpu_spec, known_gpus, load_catalog
@@ -103,3 +105,73 @@ def test_gpu_label_is_the_canonical_name_or_the_unknown_name_upper_cased():
     assert gpu_label("tesla v100") == "V100"
     assert gpu_label("H100 SXM5") == "H100"
     assert gpu_label(" mi300x ") == "MI300X"
+
+
+def _board_table(tmp_path, body: str, header: str = "name,aliases,architecture,die,fp32_tflops,fp16_tflops,"
+                 "tf32_tflops,memory_bandwidth_gbs,pcie_gen,tdp_w,memory,source\n"):
+    path = tmp_path / "my_gpus.csv"
+    path.write_text(header + body)
+    return path
+
+
+def test_a_board_the_registry_lacks_comes_from_the_users_datasheet_table(tmp_path, monkeypatch):
+    from spottrain.catalog.gpus import EXTRA_SPECS_ENV
+    from spottrain.perf import Workload, predict_throughput
+    from spottrain.perf.hardware import device
+
+    with pytest.raises(UnknownNameError, match=f"did you mean RTX3090.*{EXTRA_SPECS_ENV}"):
+        canonical_gpu("RTX3070")
+    path = _board_table(tmp_path, "RTX3070,GeForce RTX 3070,Ampere,GA104,20.3,40.6,20.3,448,4,220,GDDR6,"
+                                  "GA102 whitepaper appendix\n")
+    monkeypatch.setenv(EXTRA_SPECS_ENV, str(path))
+    spec = gpu_spec("NVIDIA GeForce RTX 3070")
+    assert (spec.name, spec.architecture, spec.fp16_tflops, spec.pcie_gbs, spec.tdp_w) == ("RTX3070", "Ampere", 40.6, 32.0, 220.0)
+    assert "RTX3070" in known_gpus() and "V100" in known_gpus()
+    assert math.isfinite(device("RTX3070").log_power_density)  # a GDDR board at its power limit, as the shipped ones
+    w = Workload.from_zoo("resnet50", 64)
+    pred = predict_throughput(w, "1xRTX3070")
+    assert pred.extrapolated and any("GPU RTX3070 not in the fitted data" in n for n in pred.notes)
+    # between the boards around it: an RTX 3090 (GA102, 936 GB/s) faster, a T4 slower
+    assert predict_throughput(w, "1xT4").throughput < pred.throughput < predict_throughput(w, "1xRTX3090").throughput
+    monkeypatch.delenv(EXTRA_SPECS_ENV)
+    with pytest.raises(UnknownNameError):
+        canonical_gpu("RTX3070")
+
+
+@pytest.mark.parametrize(("body", "column", "message"), [
+    ("V100S-PCIE,,Volta,GV100,16.4,130,,1134,3,250,HBM2,\n", "name", "is 'V100S' of the registry already"),
+    ("MyBoard,Tesla T4,Turing,,8,65,,320,3,70,GDDR6,\n", "aliases", "is 'T4' of the registry already"),
+    ("MyBoard,,Ampere,,twenty,,,448,4,220,GDDR6,\n", "fp32_tflops", "expected a number > 0"),
+    ("MyBoard,,Ampere,,20,10,,448,4,220,GDDR6,\n", "fp16_tflops", "at least fp32_tflops"),
+    ("MyBoard,,Ampere,,20,40,,448,2,220,GDDR6,\n", "pcie_gen", "expected a whole number >= 3"),
+    (",,Ampere,,20,40,,448,4,220,GDDR6,\n", "name", "expected a name"),
+])
+def test_a_bad_board_row_names_its_line_and_column(tmp_path, monkeypatch, body, column, message):
+    from spottrain.catalog.gpus import EXTRA_SPECS_ENV
+    from spottrain.errors import InputError
+
+    monkeypatch.setenv(EXTRA_SPECS_ENV, str(_board_table(tmp_path, body)))
+    with pytest.raises(InputError, match=f"my_gpus.csv, line 2, column {column}: .*{message}"):
+        gpu_spec("V100")
+
+
+def test_predict_on_a_board_of_your_own_and_a_broken_board_table(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from spottrain.catalog.gpus import EXTRA_SPECS_ENV
+
+    good = _board_table(tmp_path, "RTX3070,GeForce RTX 3070,Ampere,GA104,20.3,40.6,20.3,448,4,220,GDDR6,\n")
+    cmd = [sys.executable, "-m", "spottrain.cli.main", "predict", "--model", "resnet50", "--cluster",
+           "1xNVIDIA GeForce RTX 3070:2", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, EXTRA_SPECS_ENV: str(good)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["throughput"] > 0
+    bad = tmp_path / "broken.csv"
+    bad.write_text("name,architecture,fp32_tflops,memory_bandwidth_gbs\nRTX3070,Ampere,-1,448\n")
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, EXTRA_SPECS_ENV: str(bad)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [f"error: {bad}, line 2, column fp32_tflops: expected a number > 0 and "
+                                                "<= 10000, got '-1'"]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -108,34 +110,104 @@ def _opt_int(value: str) -> int | None:
     return int(value) if value.strip() else None
 
 
-@functools.lru_cache(maxsize=1)
+def _shipped_spec(row: dict[str, str]) -> GpuSpec:
+    return GpuSpec(
+        name=row["name"],
+        architecture=row["architecture"],
+        die=row["die"],
+        fp32_tflops=float(row["fp32_tflops"]),
+        fp16_tflops=float(row["fp16_tflops"]),
+        tf32_tflops=_opt(row["tf32_tflops"]),
+        memory_gib=_opt(row["memory_gib"]),
+        memory_bandwidth_gbs=float(row["memory_bandwidth_gbs"]),
+        pcie_gen=_opt_int(row["pcie_gen"]),
+        pcie_gbs=float(row["pcie_gbs"]),
+        nvlink_gbs=_opt(row["nvlink_gbs"]),
+        tdp_w=_opt(row["tdp_w"]),
+        memory=row["memory"],
+        source=row["source"],
+        note=row["note"],
+    )
+
+
+EXTRA_SPECS_ENV = "SPOTTRAIN_GPU_SPECS"
+"""Environment variable naming a CSV of GPUs the registry does not hold, one row per board from its
+datasheet, in the shipped table's columns: ``name``, ``architecture``, ``fp32_tflops`` and
+``memory_bandwidth_gbs`` required; ``fp16_tflops`` (dense tensor rate with FP32 accumulate; empty:
+the FP32 rate, no tensor cores), ``tf32_tflops``, ``tdp_w`` and ``memory`` (``GDDR6``...: a GDDR
+board with its power is held to its power limit) as the datasheet gives them; ``aliases``, ``die``,
+``memory_gib``, ``pcie_gen``, ``pcie_gbs``, ``nvlink_gbs``, ``source``, ``note`` optional. Every
+command reads it; its rows are predicted from their figures and their architecture's fitted boards."""
+
+_COLUMNS = ("name", "aliases", "architecture", "die", "fp32_tflops", "fp16_tflops", "tf32_tflops", "memory_gib",
+            "memory_bandwidth_gbs", "pcie_gen", "pcie_gbs", "nvlink_gbs", "tdp_w", "memory", "source", "note")
+_PCIE_GBS = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
+
+
+def _extra_specs(path: str, specs: dict[str, GpuSpec], keys: dict[str, str]) -> None:
+    """Add the rows of the user's table at ``path`` (:data:`EXTRA_SPECS_ENV`) to ``specs`` and ``keys``."""
+    from spottrain.files import read_csv
+
+    table = read_csv(path, what=f"GPU table (${EXTRA_SPECS_ENV})", required=("name", "architecture", "fp32_tflops", "memory_bandwidth_gbs"),
+                     known=_COLUMNS)
+    fp32 = table.numbers("fp32_tflops", high=10_000.0)
+    fp16 = table.numbers("fp16_tflops", required=False, high=100_000.0)
+    tf32 = table.numbers("tf32_tflops", required=False, high=100_000.0)
+    bandwidth = table.numbers("memory_bandwidth_gbs", high=1e6)
+    memory_gib = table.numbers("memory_gib", required=False, high=1e5)
+    gen = table.numbers("pcie_gen", integer=True, low=3, low_open=False, high=6, required=False)
+    pcie = table.numbers("pcie_gbs", required=False, high=1e4)
+    nvlink = table.numbers("nvlink_gbs", required=False, high=1e5)
+    tdp = table.numbers("tdp_w", required=False, high=1e5)
+    known_archs = {s.architecture.lower(): s.architecture for s in specs.values()}
+    opt = lambda v: None if math.isnan(v) else float(v)  # noqa: E731
+    for i, (name, aliases, arch, die, memory, source, note) in enumerate(zip(
+            *(table.texts(c) for c in ("name", "aliases", "architecture", "die", "memory", "source", "note")))):
+        if not name or not arch:
+            raise table.error("expected a name", row=i, column="name" if not name else "architecture")
+        for alias in [name, *filter(None, (a.strip() for a in aliases.split("|")))]:
+            taken = keys.get(_key(alias)) or next((keys[k] for k in _lookup_keys(alias) if k in keys), None)
+            if taken is not None:
+                raise table.error(f"GPU {alias!r} is {taken!r} of the registry already: name another board, or "
+                                  f"leave out the row", row=i, column="name" if alias == name else "aliases")
+        if not math.isnan(fp16[i]) and fp16[i] < fp32[i]:
+            raise table.error(f"expected the tensor rate, at least fp32_tflops ({fp32[i]:g}), got {fp16[i]:g}",
+                              row=i, column="fp16_tflops")
+        spec = GpuSpec(
+            name=name, architecture=known_archs.get(arch.lower(), arch), die=die,
+            fp32_tflops=float(fp32[i]), fp16_tflops=float(fp32[i] if math.isnan(fp16[i]) else fp16[i]),
+            tf32_tflops=opt(tf32[i]), memory_gib=opt(memory_gib[i]), memory_bandwidth_gbs=float(bandwidth[i]),
+            pcie_gen=None if math.isnan(gen[i]) else int(gen[i]),
+            pcie_gbs=opt(pcie[i]) or _PCIE_GBS.get(0 if math.isnan(gen[i]) else int(gen[i]), 16.0),
+            nvlink_gbs=opt(nvlink[i]), tdp_w=opt(tdp[i]), memory=memory,
+            source=source or f"{path}, line {table.lines[i]}",
+            note=(note + " " if note else "") + f"Your board ({EXTRA_SPECS_ENV}), not a cloud offer.",
+        )
+        specs[name] = spec
+        for alias in [name, *filter(None, (a.strip() for a in aliases.split("|")))]:
+            keys.setdefault(_key(alias), name)
+
+
 def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
-    """Parse the shipped table once: specs by canonical name and canonical name by key."""
+    """Specs by canonical name and canonical name by key: the shipped table, and the user's
+    :data:`EXTRA_SPECS_ENV` table when it is set."""
+    return _tables(os.environ.get(EXTRA_SPECS_ENV, "").strip())
+
+
+@functools.lru_cache(maxsize=4)
+def _tables(extra: str) -> tuple[dict[str, GpuSpec], dict[str, str]]:
+    """Parse the shipped table once (and ``extra``, a path, when given)."""
     text = resources.files("spottrain").joinpath("data", "catalog", SPEC_FILE).read_text()
     rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     specs: dict[str, GpuSpec] = {}
     keys: dict[str, str] = {}
     for row in rows:
-        spec = GpuSpec(
-            name=row["name"],
-            architecture=row["architecture"],
-            die=row["die"],
-            fp32_tflops=float(row["fp32_tflops"]),
-            fp16_tflops=float(row["fp16_tflops"]),
-            tf32_tflops=_opt(row["tf32_tflops"]),
-            memory_gib=_opt(row["memory_gib"]),
-            memory_bandwidth_gbs=float(row["memory_bandwidth_gbs"]),
-            pcie_gen=_opt_int(row["pcie_gen"]),
-            pcie_gbs=float(row["pcie_gbs"]),
-            nvlink_gbs=_opt(row["nvlink_gbs"]),
-            tdp_w=_opt(row["tdp_w"]),
-            memory=row["memory"],
-            source=row["source"],
-            note=row["note"],
-        )
+        spec = _shipped_spec(row)
         specs[spec.name] = spec
         for alias in [spec.name, *filter(None, row["aliases"].split("|"))]:
             keys.setdefault(_key(alias), spec.name)
+    if extra:
+        _extra_specs(extra, specs, keys)
     return specs, keys
 
 
@@ -144,21 +216,31 @@ def known_gpus() -> list[str]:
     return sorted(_table()[0])
 
 
+class UnknownGpuError(UnknownNameError):
+    """A GPU the registry does not hold: the near miss, and how to add a board from its datasheet."""
+
+    def __init__(self, name: str, known) -> None:
+        super().__init__("GPU", name, known)
+        self.args = (f"{self.args[0]} (a board the registry lacks: give its datasheet figures in a CSV named by "
+                     f"${EXTRA_SPECS_ENV}, see docs/formats.md)",)
+
+
 def canonical_gpu(name: str) -> str:
     """The canonical name of ``name`` (an alias or spelling variant).
 
-    Raises :class:`~spottrain.errors.UnknownNameError` with the near miss if unknown.
+    Raises :class:`UnknownGpuError` (an :class:`~spottrain.errors.UnknownNameError`) with the near
+    miss if unknown.
     """
-    canonical = _canonical_or_none(name)
+    canonical = _canonical_or_none(name, os.environ.get(EXTRA_SPECS_ENV, "").strip())
     if canonical is None:
-        raise UnknownNameError("GPU", name, _table()[0])
+        raise UnknownGpuError(name, _table()[0])
     return canonical
 
 
 @functools.lru_cache(maxsize=4096)
-def _canonical_or_none(name: str) -> str | None:
+def _canonical_or_none(name: str, extra: str = "") -> str | None:
     """The lookup of :func:`canonical_gpu`, cached: a catalog load asks it for every offer."""
-    keys = _table()[1]
+    keys = _tables(extra)[1]
     return next((keys[k] for k in _lookup_keys(name) if k in keys), None)
 
 
