@@ -144,7 +144,8 @@ def test_a_board_the_registry_lacks_comes_from_the_users_datasheet_table(tmp_pat
     ("MyBoard,,Ampere,,twenty,,,448,4,220,GDDR6,\n", "fp32_tflops", "expected a number > 0"),
     ("MyBoard,,Ampere,,20,10,,448,4,220,GDDR6,\n", "fp16_tflops", "at least fp32_tflops"),
     ("MyBoard,,Ampere,,20,40,,448,2,220,GDDR6,\n", "pcie_gen", "expected a whole number >= 3"),
-    (",,Ampere,,20,40,,448,4,220,GDDR6,\n", "name", "expected a name"),
+    (",,Ampere,,20,40,,448,4,220,GDDR6,\n", "name", "expected the board's name"),
+    ("MyBoard,,,,20,40,,448,4,220,GDDR6,\n", "architecture", "expected its architecture .one of Ada Lovelace, Ampere"),
 ])
 def test_a_bad_board_row_names_its_line_and_column(tmp_path, monkeypatch, body, column, message):
     from spottrain.catalog.gpus import EXTRA_SPECS_ENV

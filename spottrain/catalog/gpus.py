@@ -137,7 +137,8 @@ datasheet, in the shipped table's columns: ``name``, ``architecture``, ``fp32_tf
 the FP32 rate, no tensor cores), ``tf32_tflops``, ``tdp_w`` and ``memory`` (``GDDR6``...: a GDDR
 board with its power is held to its power limit) as the datasheet gives them; ``aliases``, ``die``,
 ``memory_gib``, ``pcie_gen``, ``pcie_gbs``, ``nvlink_gbs``, ``source``, ``note`` optional. Every
-command reads it; its rows are predicted from their figures and their architecture's fitted boards."""
+command reads it; its boards are predicted from their figures and how the fitted boards of their die (else
+of their architecture) fall short of theirs."""
 
 _COLUMNS = ("name", "aliases", "architecture", "die", "fp32_tflops", "fp16_tflops", "tf32_tflops", "memory_gib",
             "memory_bandwidth_gbs", "pcie_gen", "pcie_gbs", "nvlink_gbs", "tdp_w", "memory", "source", "note")
@@ -148,8 +149,8 @@ def _extra_specs(path: str, specs: dict[str, GpuSpec], keys: dict[str, str]) -> 
     """Add the rows of the user's table at ``path`` (:data:`EXTRA_SPECS_ENV`) to ``specs`` and ``keys``."""
     from spottrain.files import read_csv
 
-    table = read_csv(path, what=f"GPU table (${EXTRA_SPECS_ENV})", required=("name", "architecture", "fp32_tflops", "memory_bandwidth_gbs"),
-                     known=_COLUMNS)
+    table = read_csv(path, what=f"GPU table (${EXTRA_SPECS_ENV})", known=_COLUMNS,
+                     required=("name", "architecture", "fp32_tflops", "memory_bandwidth_gbs"))
     fp32 = table.numbers("fp32_tflops", high=10_000.0)
     fp16 = table.numbers("fp16_tflops", required=False, high=100_000.0)
     tf32 = table.numbers("tf32_tflops", required=False, high=100_000.0)
@@ -163,8 +164,11 @@ def _extra_specs(path: str, specs: dict[str, GpuSpec], keys: dict[str, str]) -> 
     opt = lambda v: None if math.isnan(v) else float(v)  # noqa: E731
     for i, (name, aliases, arch, die, memory, source, note) in enumerate(zip(
             *(table.texts(c) for c in ("name", "aliases", "architecture", "die", "memory", "source", "note")))):
-        if not name or not arch:
-            raise table.error("expected a name", row=i, column="name" if not name else "architecture")
+        if not name:
+            raise table.error("expected the board's name", row=i, column="name")
+        if not arch:
+            raise table.error(f"expected its architecture (one of {', '.join(sorted(set(known_archs.values())))}, "
+                              "or a new one)", row=i, column="architecture")
         for alias in [name, *filter(None, (a.strip() for a in aliases.split("|")))]:
             taken = keys.get(_key(alias)) or next((keys[k] for k in _lookup_keys(alias) if k in keys), None)
             if taken is not None:
