@@ -97,6 +97,9 @@ def test_aliases_and_near_miss():
     assert canonical_model("ResNet-50") == "resnet50"
     assert canonical_model("gpt2") == "gpt2-small"
     assert canonical_model("bert_base") == "bert-base"
+    # as published tables write them
+    assert [canonical_model(n) for n in ("ResNet-50 v1.5", "Transformer (base)", "ViT-B/16", "ResNet-18 (CIFAR-10)")] == [
+        "resnet50", "transformer-base", "vit-b16", "resnet18-cifar"]
     with pytest.raises(UnknownNameError, match="did you mean"):
         canonical_model("resnet-51")
     with pytest.raises(UnknownNameError):

@@ -20,6 +20,7 @@ so that torch-free code (performance model, planner) can derive a workload from 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -350,6 +351,16 @@ for _e in _ENTRIES:
         _ALIASES[_a] = _e.name
 
 
+def _letters(name: str) -> str:
+    """``name`` lower-cased with every separator (space, ``-``, ``_``, ``/``, brackets) dropped."""
+    return re.sub(r"[^a-z0-9.]", "", name.lower())
+
+
+_BY_LETTERS: dict[str, str] = {}
+for _a, _c in _ALIASES.items():
+    _BY_LETTERS.setdefault(_letters(_a), _c)
+
+
 def zoo_names() -> list[str]:
     """Canonical names of the built-in models, in a stable order."""
     return list(ZOO)
@@ -367,6 +378,10 @@ def canonical_model(name: str) -> str:
     for candidate in (key, key.replace("-", "")):
         if candidate in _ALIASES:
             return _ALIASES[candidate]
+    # as papers' tables write them: "ResNet-50 v1.5", "Transformer (base)", "ViT-B/16"
+    hit = _BY_LETTERS.get(_letters(name))
+    if hit is not None:
+        return hit
     raise UnknownNameError("model", name, list(_ALIASES))
 
 
