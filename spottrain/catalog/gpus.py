@@ -169,8 +169,9 @@ def _extra_specs(path: str, specs: dict[str, GpuSpec], keys: dict[str, str]) -> 
         if not arch:
             raise table.error(f"expected its architecture (one of {', '.join(sorted(set(known_archs.values())))}, "
                               "or a new one)", row=i, column="architecture")
-        for alias in [name, *filter(None, (a.strip() for a in aliases.split("|")))]:
-            taken = keys.get(_key(alias)) or next((keys[k] for k in _lookup_keys(alias) if k in keys), None)
+        names = [name, *filter(None, (a.strip() for a in aliases.split("|")))]
+        for alias in names:
+            taken = next((keys[k] for k in _lookup_keys(alias) if k in keys), None)
             if taken is not None:
                 raise table.error(f"GPU {alias!r} is {taken!r} of the registry already: name another board, or "
                                   f"leave out the row", row=i, column="name" if alias == name else "aliases")
@@ -188,14 +189,19 @@ def _extra_specs(path: str, specs: dict[str, GpuSpec], keys: dict[str, str]) -> 
             note=(note + " " if note else "") + f"Your board ({EXTRA_SPECS_ENV}), not a cloud offer.",
         )
         specs[name] = spec
-        for alias in [name, *filter(None, (a.strip() for a in aliases.split("|")))]:
+        for alias in names:
             keys.setdefault(_key(alias), name)
+
+
+def _extra_path() -> str:
+    """The path :data:`EXTRA_SPECS_ENV` names ("" when unset)."""
+    return os.environ.get(EXTRA_SPECS_ENV, "").strip()
 
 
 def _table() -> tuple[dict[str, GpuSpec], dict[str, str]]:
     """Specs by canonical name and canonical name by key: the shipped table, and the user's
     :data:`EXTRA_SPECS_ENV` table when it is set."""
-    return _tables(os.environ.get(EXTRA_SPECS_ENV, "").strip())
+    return _tables(_extra_path())
 
 
 @functools.lru_cache(maxsize=4)
@@ -235,7 +241,7 @@ def canonical_gpu(name: str) -> str:
     Raises :class:`UnknownGpuError` (an :class:`~spottrain.errors.UnknownNameError`) with the near
     miss if unknown.
     """
-    canonical = _canonical_or_none(name, os.environ.get(EXTRA_SPECS_ENV, "").strip())
+    canonical = _canonical_or_none(name, _extra_path())
     if canonical is None:
         raise UnknownGpuError(name, _table()[0])
     return canonical
