@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from spottrain.catalog.gpus import canonical_gpu
 from spottrain.errors import InputError, UnknownNameError
-from spottrain.types import PRECISION_SPELLINGS, precision_name
+from spottrain.types import PRECISION_SPELLINGS
 from spottrain.units import parse_duration_s
 
 MAX_NODES = 10_000
@@ -161,10 +161,7 @@ def precision(value: str | None, flag: str = "--precision") -> str | None:
     (:data:`spottrain.types.PRECISION_SPELLINGS`)."""
     if value is None:
         return None
-    name = precision_name(value) if value.strip() else None
-    if name is None:
-        raise InputError(str(UnknownNameError("precision", value, list(PRECISION_SPELLINGS))), column=flag)
-    return name
+    return PRECISION_SPELLINGS[choice(value, flag, list(PRECISION_SPELLINGS), kind="precision")]
 
 
 def gpu(value: str | None, flag: str = "--gpu") -> str | None:
