@@ -375,14 +375,11 @@ def canonical_model(name: str) -> str:
     Raises :class:`UnknownNameError` with the near miss for anything else.
     """
     key = name.strip().lower().replace("_", "-").replace(" ", "-")
-    for candidate in (key, key.replace("-", "")):
-        if candidate in _ALIASES:
-            return _ALIASES[candidate]
-    # as papers' tables write them: "ResNet-50 v1.5", "Transformer (base)", "ViT-B/16"
-    hit = _BY_LETTERS.get(_letters(name))
-    if hit is not None:
-        return hit
-    raise UnknownNameError("model", name, list(_ALIASES))
+    # then separators and brackets aside, as papers' tables write names: "ResNet-50 v1.5", "ViT-B/16"
+    hit = _ALIASES.get(key) or _BY_LETTERS.get(_letters(name))
+    if hit is None:
+        raise UnknownNameError("model", name, list(_ALIASES))
+    return hit
 
 
 def is_zoo_model(name: str) -> bool:
