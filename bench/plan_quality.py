@@ -252,6 +252,27 @@ def _priced_lines(priced) -> list[str]:
             "replays take the planned throughput as the truth."]
 
 
+def _pages_back(lines: list[str]) -> list[str]:
+    """The page's history with its older headings numbered: the k-th ``## BACK (...)`` reads ``## <k> pages back (...)``,
+    so that a new round's section goes on top without renumbering the others by hand."""
+    out, k = [], 0
+    for line in lines:
+        if line.startswith("## BACK ("):
+            k += 1
+            line = f"## {_number_word(k)} page{'' if k == 1 else 's'} back (" + line.removeprefix("## BACK (")
+        out.append(line)
+    return out
+
+
+def _number_word(k: int) -> str:
+    """``1`` -> ``One`` ... ``99`` -> ``Ninety-nine``, as the page's headings spell them."""
+    ones = ["", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+            "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+    tens = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+    word = ones[k] if k < 20 else tens[k // 10] + (f"-{ones[k % 10]}" if k % 10 else "")
+    return word.capitalize()
+
+
 MOVED = [
     "## Against the previous page", "",
     "An fp16 query off the shipped calibration now carries the stacks' spread at 0.27 in log instead of 0.2 "
@@ -259,26 +280,26 @@ MOVED = [
     "and fits take a grouped Jacobian (the same fits, faster). These requests train in fp32 and read the saved "
     "calibration, so no plan moves: every row keeps its clusters, costs and deadline shares; only the refine "
     "latencies move (this shared machine).", "",
-    "## One page back (the stacks' spread in fp16)", "",
+    "## BACK (the stacks' spread in fp16)", "",
     "An fp16 query off the shipped calibration now carries the spread of software stacks' mixed-precision gain in its "
     "interval (`perf.throughput.FP16_STACK_LOG`, bench/results/prediction_accuracy.md); fp32 queries keep their widths "
     "to the digit. These requests train in fp32, so no plan moves: every row keeps its clusters, costs and deadline "
     "shares; only the refine latencies move (this shared machine).", "",
-    "## Two pages back (an unseen board borrows from its die)", "",
+    "## BACK (an unseen board borrows from its die)", "",
     "An unseen GPU now borrows the fitted effect, the (GPU, model) effects and the width of the boards of its die "
     "(the registry's `die` column, `perf.throughput._kin`, bench/results/prediction_accuracy.md): an A100 40 GB takes the "
     "A100 80 GB and PCIe boards', an A10G the GA102 cards'. A profile timed on one GPU type moves another type's "
     "prediction half as far (`OTHER_MACHINE_SHARE`). These requests plan a zoo model, with no profile, on p3 and p2 nodes "
     "(V100, K80: both fitted GPUs), so no plan moves: every row keeps its clusters and costs to the cent; only the "
     "refine latencies move (this shared machine).", "",
-    "## Three pages back (a measured one-GPU step)", "",
+    "## BACK (a measured one-GPU step)", "",
     "A per-GPU batch measured on one GPU now sets the compute step of multi-GPU predictions at that batch "
     "(`perf.throughput.ThroughputModel._step_anchor`, bench/results/prediction_accuracy.md), and the runners-up "
     "beside a `--hard-cap` plan pass the exact p95 check. Neither reaches these plans: the measured steps apply to "
     "a user's own rows and to a shipped study's own rows, and these requests read the shipped calibration alone, "
     "with no cap. Every row keeps its clusters and costs to the cent; only the refine latencies move (worst 1.2 -> 1.7 s "
     "in this run, 1.3 s in the one before it: this shared machine).", "",
-    "## Four pages back (Lambda's SSD300 rows)", "",
+    "## BACK (Lambda's SSD300 rows)", "",
     "The shipped calibration was refitted with Lambda's SSD300 rows added (72 rows: `lambda.csv`; SSD300 pays "
     "the host's input pipeline for its 300x300 images, bench/results/prediction_accuracy.md); nothing else changed. "
     "Every row keeps its clusters, ours', the hindsight's and the baselines'. Costs moved by $2 or less (under 1.2 %): "
@@ -287,7 +308,7 @@ MOVED = [
     "Ours' mean replayed cost 151.2 -> 150.5; under deadline-return instead 176.2 -> 171.5 (lowest met rate 89.5 -> "
     "90.0 %). Predicted against replayed cost: 0.704 -> 0.707 over every run, 0.106 -> 0.100 over the runs that "
     "stayed on spot. Refine latency: median 0.9 s, worst 1.2 s, as before.", "",
-    "## Five pages back (honest widths off the calibration, a width per ring size)", "",
+    "## BACK (honest widths off the calibration, a width per ring size)", "",
     "The throughput's interval, which a deadline plan's P(deadline) is read off, changed twice; nothing else did. "
     "(1) A query off the shipped calibration adds a between-study level of at least 0.05, not 0.1 "
     "(`perf.throughput.POOLED_STUDY_LOG`: leave one study out then covers 91-97 % of each study's rows). (2) Rows "
@@ -309,7 +330,7 @@ MOVED = [
     "0.078 -> 0.106 over the runs that stayed on spot (32 plans, was 34).",
     "- Baselines: SkyPilot's rule now puts the 16 h request's 8 GPUs on 8x p3.2xlarge (no deadline met, $2,046 "
     "replayed), as it did the other 8-GPU plans; CM-DARE's moves with ours.", "",
-    "## Six pages back (a deadline plan judged as its policy runs it)", "",
+    "## BACK (a deadline plan judged as its policy runs it)", "",
     "A deadline plan's figures now count the on-demand nodes its policy falls back to "
     "(`planner.risk.fallback`): deadline-margin moves the job to the same nodes on demand once the slack is gone, "
     "so P(deadline) is the chance that the failure-free run fits before the policy's deadline (only the "
@@ -333,7 +354,7 @@ MOVED = [
     "- Baselines: SkyPilot's rule (our GPU count at the cheapest $/h) puts every plan of one 8-GPU node (ResNet-50 "
     "at 36 h, BERT-base at 12 and 48 h) on 8x p3.2xlarge, whose ring over 10 Gbit/s meets no deadline ($2,046-2,917 "
     "replayed); CM-DARE's moves with ours.", "",
-    "## Seven pages back (billing, outages)", "",
+    "## BACK (billing, outages)", "",
     "The expected cost is now what the cloud bills: a spot node from its grant to its revocation, so the slot a "
     "revoked node leaves bills nothing while its replacement is awaited (`planner.columns.billed_rate`; before, "
     "every node was billed for every hour of the run, waits included: 1.3-1.7x the simulator's bill on AWS, "
@@ -353,7 +374,7 @@ MOVED = [
     "- Hindsight at 16 h: 3x -> 4x p3.16xlarge spot ($164 / $157 -> $151 / $147), a candidate the model's cheaper "
     "AWS clusters now put in the set. Ours / hindsight median 1.986 -> 2.109 (ours unchanged); within 10 %: ours "
     "2/10, refined 6/10 (median 1.062); deadlines met >= 95 % in 10/10.", "",
-    "## Eight pages back (waits within the run)", "",
+    "## BACK (waits within the run)", "",
     "A replacement's wait that the others train through now counts only within the run "
     "(`planner.columns.waited_s`: E[min(delay, rest)], the rest uniform over the run); survivors lose nothing "
     "once the run is over. A lone node's wait and a whole group's outage are waited out in full. For short "
@@ -373,7 +394,7 @@ MOVED = [
     "of runs, median |log(predicted / simulated)|): 0.223 -> 0.329 (32 plans): the model's AWS V100 clusters "
     "cost 5-10 % less, the whole-cluster replays as before.",
     "- Baselines: spotDNN's 16 h plan 4x -> 3x spot ($164 / $157); SkyPilot's and CM-DARE's move with ours.", "",
-    "## Nine pages back (nothing is revoked while nothing trains)", "",
+    "## BACK (nothing is revoked while nothing trains)", "",
     "Nothing is revoked while nothing trains: the analytical model counts a node's revocations over the "
     "time its cluster trains (`risk.Revocation.exposure_rate`), and a stop that halts the whole cluster (a "
     "lone node's revocation; an outage that takes a group with nobody beside it, 0.67 of AWS V100 "
@@ -398,7 +419,7 @@ MOVED = [
     "the revocations to leave survivors.",
     "- Baselines: spotDNN's 8 h plan 13x -> 7x spot, its BERT-base 12 h plan 5x -> 4x ($122 / $113); "
     "SkyPilot's and CM-DARE's 8 h plans move with ours.", "",
-    "## Ten pages back (the survivors train at the throughput of the nodes left)", "",
+    "## BACK (the survivors train at the throughput of the nodes left)", "",
     "The analytical model's survivors of a revocation now train at the throughput of the nodes left "
     "(`planner.columns.lost_shares`: 1 - X(N-1) / X(N) from the performance model, as the simulator's "
     "membership does) for the replacement delay, where they trained at (N-1) / N of it: a ring that scales "
@@ -419,7 +440,7 @@ MOVED = [
     "- Baselines: SkyPilot's plan at 36 h 24x -> 32x p3.2xlarge spot ($1,013 / $1,173, was $1,904 / $2,381; met "
     "100 %); SkyPilot's and CM-DARE's ResNet-50 plans at 8 h and 36 h move with ours; spotDNN's and DeepVM's "
     "keep their clusters (their predicted costs move).", "",
-    "## Eleven pages back (one stall model for a membership change)", "",
+    "## BACK (one stall model for a membership change)", "",
     "The simulator and the planner now charge a membership change alike (`spottrain.clouds.REGROUP_S`, 30 s "
     "to re-form the group). The simulator stalled 60 s + the checkpoint at a revocation with survivors and "
     "checkpointed, then restarted, at every join; it now re-forms once for each (the joiner takes the model "
@@ -441,7 +462,7 @@ MOVED = [
     "1.01 / 1.08x.",
     "- Baselines move with the model: spotDNN at 8 h 15x -> 13x spot (the hindsight plan); SkyPilot's and "
     "CM-DARE's 20x -> 19x.", "",
-    "## Twelve pages back (survivors keep the model)", "",
+    "## BACK (survivors keep the model)", "",
     "Two changes since the previous page. (1) The simulator's synchronous job keeps the model on the survivors "
     "of a revocation, as spottrain's runtime does, and rolls back to the last checkpoint only when no node is "
     "left. The traces replayed here are 1-node availability traces, whose every drop revokes the whole cluster, "
@@ -469,7 +490,7 @@ MOVED = [
     "5x spot ($122 / $117) instead of 8x ($226 / $212). SkyPilot's 24x p3.2xlarge spot at 36 h now meets the "
     "deadline in 100 % of runs ($1,904 / $2,381; was 0 %, $2,872): its plan's checkpoint interval is set for "
     "the losses of 24 nodes, not for every revocation. Our and CM-DARE's plans move with ours.", "",
-    "## Thirteen pages back (revocations over the run)", "",
+    "## BACK (revocations over the run)", "",
     "Only the analytical risk model's count of revocations changed since the previous page: a spot node's "
     "revocations over a run are the renewal function M(T) of its fitted lifetime law (a fresh node at the "
     "start, each replacement fresh after the cloud's replacement delay), read at the run the model predicts, "
@@ -498,7 +519,7 @@ MOVED = [
     "100 %), CM-DARE's 1x on-demand -> 7x spot, spotDNN's 6x -> 4x spot. At 36 h: SkyPilot's 32x p3.2xlarge "
     "spot (met 100 %) -> 24x (met 0 %). spotDNN now has a "
     "plan for BERT-base at 12 h (8x p3.16xlarge spot, met 100 %).", "",
-    "## Fourteen pages back (a plan's on-demand anchor is not its fallback)", "",
+    "## BACK (a plan's on-demand anchor is not its fallback)", "",
     "Only the recovery policies changed since the previous page (commit 8a46798; the throughput model and the "
     "planner did not): uniform progress and deadline-margin took a plan's own on-demand node (1x on-demand + "
     "23x spot) for the on-demand fallback once every spot node was gone, so through a trace outage the one "
@@ -513,7 +534,7 @@ MOVED = [
     "- Every other row keeps its cluster, cost and deadline rate, except DeepVM's baselines (1x p3.2xlarge "
     "on-demand + 7x or 15x spot, under DeepVM's own policy, not deadline-margin): their simulated costs move "
     "by < 1 %.", "",
-    "## Fifteen pages back (a ring runs at its slowest link's pace)", "",
+    "## BACK (a ring runs at its slowest link's pace)", "",
     "Only the throughput model's all-reduce across TCP nodes changed since the previous page (commit c7820bf): "
     "a ring runs at its slowest link's pace (the links' rates spread, fitted 0.27 in log), and the TCP rate, "
     "the ring-step latency and the two-node rate are fitted with that spread after the main fit (C 8.3 Gbit/s, "
@@ -528,7 +549,7 @@ MOVED = [
     "- ResNet-50 at 36 h: ours is now 4x p3.16xlarge spot ($186 / $201, met 100 %) instead of 1x on-demand ($293): "
     "ours / hindsight median 1.885 -> 1.839, savings against on-demand median 0.0 -> 36.7 %.",
     "- Every other row keeps its cluster; BERT-base's costs move by at most $0.1.", "",
-    "## Sixteen pages back (two TCP nodes at their own rate)", "",
+    "## BACK (two TCP nodes at their own rate)", "",
     "Only the throughput model's all-reduce between exactly two TCP nodes changed since the previous page "
     "(commit a220d4b): it runs at a fitted fraction (0.72) of the rate of three or more nodes, fitted after "
     "everything else so that no other parameter moves; the planner's sweep of cluster sizes around the "
@@ -544,13 +565,13 @@ MOVED = [
     "$1,445 instead of $1,063 (simulated $1,701, as before): two nodes are slower now in the model the "
     "simulator and the planner share. Fewer candidates reach the simulator (ResNet-50 59 -> 57, BERT-base "
     "32 -> 30 and 39 -> 35): the sizes that no longer finish by the deadline.", "",
-    "## Seventeen pages back (a network's activation traffic)", "",
+    "## BACK (a network's activation traffic)", "",
     "Only the throughput model's treatment of a network no fitted row measured changed since the previous "
     "page (commits ffc3ea0, 7d8e474, 80dea0f): one whose FLOPs per activation element lie below the dense "
     "networks' (depthwise convolutions: MobileNet, EfficientNet) is predicted memory-bound by that excess. "
     "The models planned here (ResNet-50, BERT-base) have rows in the calibration, which is unchanged: every "
     "row below is the same cluster, cost and deadline rate as on the previous page (re-run to check).", "",
-    "## Eighteen pages back (parameters that do arithmetic, an uncertain RDMA rate)", "",
+    "## BACK (parameters that do arithmetic, an uncertain RDMA rate)", "",
     "Only the throughput model's calibration moved since the previous page (commits ef5fba7, 107fef9): "
     "arithmetic intensity now counts only the parameters that do arithmetic (at most F / 6; NCF's embedding "
     "tables no longer count as layer width), and Lambda's and Pollux's BERT rows carry their real tensor "
@@ -563,7 +584,7 @@ MOVED = [
     "- The all-reduce across RDMA nodes (EFA, InfiniBand; commit 62fdd97) now reaches a prior fraction of "
     "the line rate (0.55, was 0.9) and pays NCCL's ~20 us per ring step (was the TCP fit's ~0.4 ms): no "
     "request here plans RDMA nodes (p3.16xlarge has 25 Gbit/s), and re-run after it every row is the same.", "",
-    "## Nineteen pages back (an unknown network rate, two-sided)", "",
+    "## BACK (an unknown network rate, two-sided)", "",
     "Only how an unknown network rate widens a throughput interval changed since the page before it "
     "(commit 3b3c20e; no fitted parameter moved): the rate is carried through the model at its prior's 5th "
     "and 95th percentiles, so such an interval reaches further down than up, and the planner reads a "
@@ -571,14 +592,14 @@ MOVED = [
     "calibration fits: none has that reason, and every interval is as before.", "",
     "- Ours, hindsight and refined: the same cluster, cost and deadline rate in every row; ours / hindsight "
     "median 1.896, refined within 10 % of hindsight 7/10, as before.", "",
-    "## Twenty pages back (the fp16 all-reduce payload's prior)", "",
+    "## BACK (the fp16 all-reduce payload's prior)", "",
     "Only the throughput model's calibration moved since the page before it (commit c3df753): the prior of "
     "the fp16 all-reduce payload is tighter (near fp32 gradients, as DDP sends under autocast), and the "
     "refitted calibration moves every parameter slightly (the payload 0.970 -> 0.969 of fp32's).", "",
     "- Ours, hindsight and refined: the same cluster in every row; costs within $1 or 0.3 % (ResNet-50 8 h "
     "$299 -> $298, BERT-base $23.6-25.1 -> $23.7-25.2 on spot, $111 -> $112 on demand); deadlines met 100 %. "
     "Ours / hindsight median 1.892 -> 1.896, refined within 10 % of hindsight 7/10 as before.", "",
-    "## Twenty-one pages back (intervals counted right)", "",
+    "## BACK (intervals counted right)", "",
     "Only the throughput model's intervals changed since the page before it (commits b405162, 339419b, "
     "f68a83a; no fitted parameter moved): a cluster of several groups of one GPU counts a note about that "
     "GPU once (it counted it once per group), a GPU missing from a user's rows adds the between-study "
@@ -590,7 +611,7 @@ MOVED = [
     "BERT-base never measured on a V100) had that pair's note counted twice: their interval is narrower "
     "and their predicted cost lower ($1,361 -> $1,319 at 12 h, $1,098 -> $1,065 at 48 h); their plans and "
     "simulated costs are unchanged.", "",
-    "## Twenty-two pages back (a tighter prior on each study's level)", "",
+    "## BACK (a tighter prior on each study's level)", "",
     "Only the throughput model changed since the page before it (commit 198a0cd): a shipped study's compute "
     "level has a tighter prior (log sd 0.15, was 0.3) in the calibration fit, so the per-study levels take "
     "less and the shared parameters more. The shipped calibration predicts a V100 about 1.4 % slower on "
@@ -659,7 +680,7 @@ def main() -> None:
                "SkyPilot availability traces there, Oct-Nov 2022, 27 days). Every plan is replayed on the real "
                "trace of its instance type in the named zone (us-west-2a or us-west-2b), not on the planner's "
                "fitted model. See the module docstring for the definitions of hindsight-optimal and per-run oracle.",
-               "", "## Goal check", "", *summ, "", *MOVED, "## Ours vs on-demand vs hindsight", "", *main_rows, "",
+               "", "## Goal check", "", *summ, "", *_pages_back(MOVED), "## Ours vs on-demand vs hindsight", "", *main_rows, "",
                "## Refined by simulation (held-out zone)", "",
                "``refine`` simulates up to 20 candidates (100 runs each) on random windows of the shipped traces of "
                "each candidate's instance type, pooled over zones and dates, with every trace of the scored zone "
