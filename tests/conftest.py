@@ -6,7 +6,18 @@ gets ``$SPOTTRAIN_STORE`` in its own temporary directory (subprocesses inherit i
 do not depend on what this machine has run before and tests leave nothing behind.
 """
 
+import signal
+
 import pytest
+
+
+def pytest_configure(config):
+    # A shell without job control starts a background command with Ctrl-C ignored, and an ignored
+    # signal stays ignored in every process started from it: the tests that press Ctrl-C on a
+    # profile, a store writer or a launcher would wait for an exit that never comes. Python's own
+    # handler here is reset to the default in each child at exec, as in a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
