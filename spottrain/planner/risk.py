@@ -619,21 +619,22 @@ def _fallback_quantiles(free, sigma, x, start, stall_per_s, stall_var_per_s, pro
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         sig, _zx, _p, w, f, mu, sd = _fallback_grid(free, sigma, x, stall_per_s, stall_var_per_s)
 
-        def cdf(t):  # P(F + X <= t), t per row
-            gap = t[:, None] - f
-            z = (np.log(np.maximum(gap, 1e-300)) - mu) / sd
-            return (w * np.where(gap > 0, _normal_cdf_fast(z), 0.0)).sum(axis=1)
+        def cdf(t):  # P(F + X <= t), t per (row, quantile)
+            gap = t[..., None] - f[:, None, :]
+            z = (np.log(np.maximum(gap, 1e-300)) - mu[:, None, :]) / sd[:, None, :]
+            return (w[:, None, :] * np.where(gap > 0, _normal_cdf_fast(z), 0.0)).sum(axis=-1)
 
-        at_switch = cdf(x)
-        out = []
-        for p in probs:
-            lo, hi = np.log(np.maximum(free * np.exp(-FALLBACK_Z * sig), 1e-3)), np.log(x)
-            for _ in range(FALLBACK_BISECTIONS):
-                mid = (lo + hi) / 2.0
-                below = cdf(np.exp(mid)) < p
-                lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-            out.append(np.where(at_switch >= p, np.exp(hi), x + start))
-    return out
+        # every quantile bisected at once (rows by quantiles): one pass of the grid per bisection
+        p = np.asarray(probs, float)[None, :]
+        at_switch = cdf(x[:, None])
+        lo = np.broadcast_to(np.log(np.maximum(free * np.exp(-FALLBACK_Z * sig), 1e-3))[:, None], at_switch.shape)
+        hi = np.broadcast_to(np.log(x)[:, None], at_switch.shape)
+        for _ in range(FALLBACK_BISECTIONS):
+            mid = (lo + hi) / 2.0
+            below = cdf(np.exp(mid)) < p
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        out = np.where(at_switch >= p, np.exp(hi), (x + start)[:, None])
+    return [out[:, j] for j in range(out.shape[1])]
 
 
 def fallback(a: Assessment, *, deadline_s: float, confidence: float, switch_s, start_s,
