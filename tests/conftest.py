@@ -6,8 +6,10 @@ gets ``$SPOTTRAIN_STORE`` in its own temporary directory (subprocesses inherit i
 do not depend on what this machine has run before and tests leave nothing behind.
 """
 
+import os
 import signal
 
+import demo_once
 import pytest
 
 
@@ -18,6 +20,13 @@ def pytest_configure(config):
     # handler here is reset to the default in each child at exec, as in a terminal.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_between_workers(tmp_path_factory):
+    # pytest-xdist's workers each have a base temporary directory under the session's one
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        demo_once.SHARED_DIR = tmp_path_factory.getbasetemp().parent
 
 
 @pytest.fixture(autouse=True)
