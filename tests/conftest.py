@@ -8,6 +8,8 @@ do not depend on what this machine has run before and tests leave nothing behind
 
 import os
 import signal
+import subprocess
+import sys
 
 import demo_once
 import pytest
@@ -27,6 +29,25 @@ def _shared_between_workers(tmp_path_factory):
     # pytest-xdist's workers each have a base temporary directory under the session's one
     if os.environ.get("PYTEST_XDIST_WORKER"):
         demo_once.SHARED_DIR = tmp_path_factory.getbasetemp().parent
+
+
+@pytest.fixture(scope="session")
+def mlp_run(tmp_path_factory):
+    """A real 2-worker local run of the mlp example on the CPU (job ``mlp-run``), 60 steps at global
+    batch 64, every forward pass sleeping 10 ms, recorded with ``--store`` in ``s.db`` (the store of
+    ``$SPOTTRAIN_STORE``, ``unused.db``, is never made); the launcher's output in ``stderr.txt``.
+    The modules that read a run's rows, curves and all-reduce times share it: on a shared worker
+    of ``pytest -n`` (the process group) it runs once."""
+    root = tmp_path_factory.mktemp("mlp-run")
+    env = {**os.environ, "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.01", "SPOTTRAIN_STORE": str(root / "unused.db"),
+           "SPOTTRAIN_DEVICE": "cpu"}
+    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--example", "mlp",
+                          "--workers", "2", "--steps", "60", "--global-batch", "64", "--checkpoint-every", "1000",
+                          "--job-id", "mlp-run", "--run-dir", str(root / "run"), "--store", str(root / "s.db")],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (root / "stderr.txt").write_text(out.stderr + out.stdout)
+    return root
 
 
 @pytest.fixture(autouse=True)

@@ -19,20 +19,6 @@ from spottrain.store import Store
 from test_own_runs import run_cli
 
 
-@pytest.fixture(scope="module")
-def mlp_run(tmp_path_factory):
-    """A real 2-worker local run of the mlp example on the CPU, 60 steps at global batch 64."""
-    root = tmp_path_factory.mktemp("curves")
-    env = {**os.environ, "SPOTTRAIN_STORE": str(root / "s.db"), "SPOTTRAIN_DEVICE": "cpu"}
-    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--example", "mlp",
-                          "--workers", "2", "--steps", "60", "--global-batch", "64", "--checkpoint-every", "1000",
-                          "--job-id", "curve-run", "--run-dir", str(root / "run")],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-2000:]
-    (root / "stderr.txt").write_text(out.stderr + out.stdout)
-    return root
-
-
 def test_a_real_run_stores_the_chiefs_loss_every_window(mlp_run):
     said = (mlp_run / "stderr.txt").read_text()
     assert (f"recorded in {mlp_run / 's.db'}: 1 measured row (1xcpu:2) and a training-loss curve of 6 points with "
@@ -40,7 +26,7 @@ def test_a_real_run_stores_the_chiefs_loss_every_window(mlp_run):
     with Store(mlp_run / "s.db") as store:
         points = store.loss_points(model="example-mlp")
     assert [p["step"] for p in points] == list(range(LOSS_EVERY, 61, LOSS_EVERY))
-    assert {(p["run_id"], p["global_batch_size"], p["workers"]) for p in points} == {("curve-run", 64, 2)}
+    assert {(p["run_id"], p["global_batch_size"], p["workers"]) for p in points} == {("mlp-run", 64, 2)}
     # What is stored is what the chief's step events reported, and the example learns.
     events = read_worker_events(mlp_run / "run")
     reported = {e["step"]: e["loss"] for e in events if e.get("kind") == "step" and "loss" in e}

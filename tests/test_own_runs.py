@@ -3,7 +3,6 @@
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -46,40 +45,24 @@ def _synthetic_chief_events(run_dir: Path, step_s: float, steps: int, world: int
 # --------------------------------------------------------------------------- a real run
 
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    """A real 2-worker local run of the mlp example (every forward pass sleeps 10 ms), on the CPU
-    wherever it runs: on a one-GPU machine the two workers would share the GPU, and such a run
-    stores no row (its speed is not the GPU's; checked below with the events of one)."""
-    root = tmp_path_factory.mktemp("own")
-    env = {**os.environ, "SPOTTRAIN_EXAMPLE_SLEEP_S": "0.01", "SPOTTRAIN_STORE": str(root / "unused.db"),
-           "SPOTTRAIN_DEVICE": "cpu"}
-    out = subprocess.run([sys.executable, "-m", "spottrain.cli.main", "run", "--backend", "local", "--example", "mlp",
-                          "--workers", "2", "--steps", "60", "--global-batch", "64", "--checkpoint-every", "1000",
-                          "--job-id", "own-run-1", "--run-dir", str(root / "run"), "--store", str(root / "s.db")],
-                         capture_output=True, text=True, env=env, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return root
-
-
-def test_real_local_run_writes_its_measured_throughput(real_run):
+def test_real_local_run_writes_its_measured_throughput(mlp_run):
     from spottrain.runtime.examples import get_example
     from spottrain.runtime.summary import read_worker_events
 
-    assert not (real_run / "unused.db").exists()  # --store is where the record goes
-    with Store(real_run / "s.db") as store:
+    assert not (mlp_run / "unused.db").exists()  # --store is where the record goes
+    with Store(mlp_run / "s.db") as store:
         rows = store.measurements()
-        assert store.get_run("own-run-1").status == "completed"
+        assert store.get_run("mlp-run").status == "completed"
     assert len(rows) == 1
     row = rows[0]
     assert (row["run_id"], row["model"], row["gpu"], row["workers"], row["cluster"]) == \
-        ("own-run-1", "example-mlp", "cpu", 2, "1xcpu:2")
+        ("mlp-run", "example-mlp", "cpu", 2, "1xcpu:2")
     assert row["batch_size"] == 32 and (row["ps"], row["sync"]) == (0, "sync")
     # Every forward pass sleeps 10 ms: a step cannot be shorter; the throughput is the global batch per step.
     assert row["step_time_s"] >= 0.01
     assert row["throughput"] == pytest.approx(64 / row["step_time_s"])
     # 59 gaps between 60 steps; warm-up is left out, and what is kept lies within the measured gaps.
-    steps = [e for e in read_worker_events(real_run / "run") if e["kind"] == "step"]
+    steps = [e for e in read_worker_events(mlp_run / "run") if e["kind"] == "step"]
     gaps = [b["t"] - a["t"] for a, b in zip(steps, steps[1:])]
     assert len(gaps) == 59 and row["warmup_steps"] >= 2 and row["steps"] + row["warmup_steps"] <= 59
     assert min(gaps) <= row["step_time_s"] <= max(gaps)
@@ -88,10 +71,10 @@ def test_real_local_run_writes_its_measured_throughput(real_run):
     assert row["flops_per_sample"] > 2 * row["param_count"]  # forward alone is 2 FLOPs per weight
 
 
-def test_cpu_rows_are_not_offered_to_the_gpu_model(real_run, capsys, monkeypatch):
-    runs = own_rows("example-mlp", store_path=real_run / "s.db")
+def test_cpu_rows_are_not_offered_to_the_gpu_model(mlp_run, capsys, monkeypatch):
+    runs = own_rows("example-mlp", store_path=mlp_run / "s.db")
     assert runs.rows == [] and runs.other_devices == 1 and runs.skipped == []
-    monkeypatch.setenv("SPOTTRAIN_STORE", str(real_run / "s.db"))
+    monkeypatch.setenv("SPOTTRAIN_STORE", str(mlp_run / "s.db"))
     code, out, err = run_cli(capsys, "predict", "--model", "resnet50", "--cluster", "1xV100", "--json", "--from-store")
     assert code == 0 and "no measured rows of resnet50" in err and json.loads(out)["throughput"] > 0
 
