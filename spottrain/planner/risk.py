@@ -627,14 +627,13 @@ def _fallback_quantiles(free, sigma, x, start, stall_per_s, stall_var_per_s, pro
         # every quantile bisected at once (rows by quantiles): one pass of the grid per bisection
         p = np.asarray(probs, float)[None, :]
         at_switch = cdf(x[:, None])
-        lo = np.broadcast_to(np.log(np.maximum(free * np.exp(-FALLBACK_Z * sig), 1e-3))[:, None], at_switch.shape)
-        hi = np.broadcast_to(np.log(x)[:, None], at_switch.shape)
+        lo, hi = np.log(np.maximum(free * np.exp(-FALLBACK_Z * sig), 1e-3))[:, None], np.log(x)[:, None]
         for _ in range(FALLBACK_BISECTIONS):
             mid = (lo + hi) / 2.0
             below = cdf(np.exp(mid)) < p
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
         out = np.where(at_switch >= p, np.exp(hi), (x + start)[:, None])
-    return [out[:, j] for j in range(out.shape[1])]
+    return list(out.T)
 
 
 def fallback(a: Assessment, *, deadline_s: float, confidence: float, switch_s, start_s,
