@@ -18,7 +18,7 @@ import pytest
 def pytest_configure(config):
     # A shell without job control starts a background command with Ctrl-C ignored, and an ignored
     # signal stays ignored in every process started from it: the tests that press Ctrl-C on a
-    # profile, a store writer or a launcher would wait for an exit that never comes. Python's own
+    # profile and on a store writer would wait for an exit that never comes. Python's own
     # handler here is reset to the default in each child at exec, as in a terminal.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -33,9 +33,11 @@ def _shared_between_workers(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mlp_run(tmp_path_factory):
-    """A real 2-worker local run of the mlp example on the CPU (job ``mlp-run``), 60 steps at global
-    batch 64, every forward pass sleeping 10 ms, recorded with ``--store`` in ``s.db`` (the store of
+    """A real 2-worker local run of the mlp example (job ``mlp-run``), 60 steps at global batch 64,
+    every forward pass sleeping 10 ms, recorded with ``--store`` in ``s.db`` (the store of
     ``$SPOTTRAIN_STORE``, ``unused.db``, is never made); the launcher's output in ``stderr.txt``.
+    On the CPU wherever it runs: on a one-GPU machine the two workers would share the GPU, and
+    such a run stores no row (its speed is not the GPU's).
     The modules that read a run's rows, curves and all-reduce times share it: on a shared worker
     of ``pytest -n`` (the process group) it runs once."""
     root = tmp_path_factory.mktemp("mlp-run")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import fcntl
 import functools
 import json
-import os
 from pathlib import Path
+
+from spottrain.files import write_atomic
 
 SHARED_DIR: Path | None = None
 """The session's directory that every xdist worker sees (set by conftest); None: one process."""
@@ -27,7 +28,5 @@ def quick_demo_result() -> dict:
     with open(SHARED_DIR / "quick-demo.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cache.exists():
-            text = json.dumps(run_demo(DemoConfig(quick=True)))
-            cache.with_suffix(".part").write_text(text)
-            os.replace(cache.with_suffix(".part"), cache)
+            write_atomic(cache, json.dumps(run_demo(DemoConfig(quick=True))))
         return json.loads(cache.read_text())
